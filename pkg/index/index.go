@@ -1,0 +1,242 @@
+package index
+
+import (
+	"bytes"
+	"slices"
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// Index maps user keys to their revision history, ordered by key.
+//
+// Concurrency: any number of readers (Get, Range, Revisions, CountRevisions,
+// RangeSince, Keep) may run alongside one writer (Put, Tombstone, Restore)
+// and one compactor (Compact). Writers must add revisions in increasing
+// order per key. The index does not know which revisions are committed:
+// readers that must not see an uncommitted write ask at an atRev below it.
+//
+// Range ends follow etcd: a nil or empty end selects the single key, end ==
+// []byte{0} selects every key >= key, otherwise the half-open range [key, end).
+//
+// Key slices handed to Put, Tombstone and Restore are copied; key slices
+// returned by Range belong to the index and must not be modified.
+type Index struct {
+	mu   sync.RWMutex
+	tree *btree.BTreeG[*keyIndex]
+}
+
+// New returns an empty index.
+func New() *Index {
+	return &Index{tree: btree.NewG(32, func(a, b *keyIndex) bool {
+		return bytes.Compare(a.key, b.key) < 0
+	})}
+}
+
+// isFromKey reports whether end means "every key from key on".
+func isFromKey(end []byte) bool { return len(end) == 1 && end[0] == 0 }
+
+func (ti *Index) lookup(key []byte) *keyIndex {
+	ki, ok := ti.tree.Get(&keyIndex{key: key})
+	if !ok {
+		return nil
+	}
+	return ki
+}
+
+// Put records a put of key at rev. rev must be greater than every revision
+// of key already in the index.
+func (ti *Index) Put(key []byte, rev Revision) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	ki := ti.lookup(key)
+	if ki == nil {
+		ki = newKeyIndex(bytes.Clone(key))
+		ti.tree.ReplaceOrInsert(ki)
+	}
+	ki.put(rev)
+}
+
+// Tombstone records a delete of key at rev, ending its current generation.
+// It returns ErrRevisionNotFound, changing nothing, when key is not live.
+func (ti *Index) Tombstone(key []byte, rev Revision) error {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	ki := ti.lookup(key)
+	if ki == nil {
+		return ErrRevisionNotFound
+	}
+	return ki.tombstone(rev)
+}
+
+// Restore adds a key whose history before modified was compacted away: its
+// generation was created at created and is at version ver as of modified.
+// It is for rebuilding the index from a compacted backend; the key must not
+// be in the index yet (if it is, Restore falls back to Put).
+func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	if ki := ti.lookup(key); ki != nil {
+		ki.put(modified)
+		return
+	}
+	ki := newKeyIndex(bytes.Clone(key))
+	ki.restore(created, modified, ver)
+	ti.tree.ReplaceOrInsert(ki)
+}
+
+// Get returns the newest revision of key at or before atRev, the revision
+// that created that generation, and the key's version there.
+// ErrRevisionNotFound means the key did not exist at atRev.
+func (ti *Index) Get(key []byte, atRev int64) (modified, created Revision, ver int64, err error) {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	ki := ti.lookup(key)
+	if ki == nil {
+		return Revision{}, Revision{}, 0, ErrRevisionNotFound
+	}
+	return ki.get(atRev)
+}
+
+// visit calls f for each key index in the range, in key order, until f
+// returns false. The caller holds mu.
+func (ti *Index) visit(key, end []byte, f func(ki *keyIndex) bool) {
+	if len(end) == 0 {
+		if ki := ti.lookup(key); ki != nil {
+			f(ki)
+		}
+		return
+	}
+	fromKey := isFromKey(end)
+	ti.tree.AscendGreaterOrEqual(&keyIndex{key: key}, func(ki *keyIndex) bool {
+		if !fromKey && bytes.Compare(ki.key, end) >= 0 {
+			return false
+		}
+		return f(ki)
+	})
+}
+
+// Range returns, in key order, the keys live at atRev in the range and their
+// newest revisions at or before atRev, at most limit of them (limit <= 0: no
+// limit). total counts every live key in the range, ignoring limit.
+func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, revs []Revision, total int) {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	ti.visit(key, end, func(ki *keyIndex) bool {
+		rev, _, _, err := ki.get(atRev)
+		if err != nil {
+			return true
+		}
+		if limit <= 0 || len(revs) < limit {
+			keys = append(keys, ki.key)
+			revs = append(revs, rev)
+		}
+		total++
+		return true
+	})
+	return keys, revs, total
+}
+
+// Revisions is Range without the keys.
+func (ti *Index) Revisions(key, end []byte, atRev int64, limit int) (revs []Revision, total int) {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	ti.visit(key, end, func(ki *keyIndex) bool {
+		rev, _, _, err := ki.get(atRev)
+		if err != nil {
+			return true
+		}
+		if limit <= 0 || len(revs) < limit {
+			revs = append(revs, rev)
+		}
+		total++
+		return true
+	})
+	return revs, total
+}
+
+// CountRevisions returns the number of keys live at atRev in the range.
+func (ti *Index) CountRevisions(key, end []byte, atRev int64) int {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	total := 0
+	ti.visit(key, end, func(ki *keyIndex) bool {
+		if _, _, _, err := ki.get(atRev); err == nil {
+			total++
+		}
+		return true
+	})
+	return total
+}
+
+// RangeSince returns, ascending, every revision with Main >= rev of the keys
+// in the range (tombstones included); of several revisions of one key in the
+// same main revision only the last is returned. Watchers catch up with it.
+func (ti *Index) RangeSince(key, end []byte, rev int64) []Revision {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	var revs []Revision
+	ti.visit(key, end, func(ki *keyIndex) bool {
+		revs = append(revs, ki.since(rev)...)
+		return true
+	})
+	slices.SortFunc(revs, compareRevisions)
+	return revs
+}
+
+// Compact drops the history at or before rev that no read at rev or later
+// needs: per key, every revision <= rev except the newest one of the
+// generation live at rev, and every generation that ended at or before rev.
+// Keys left without revisions are removed. It returns the revisions <= rev
+// that were kept; the backend may delete every other revision <= rev.
+//
+// Compact holds the write lock per key, not for the whole walk, so it can run
+// beside readers and the writer. Revisions added concurrently must be > rev.
+func (ti *Index) Compact(rev int64) map[Revision]struct{} {
+	available := make(map[Revision]struct{})
+	ti.mu.Lock()
+	clone := ti.tree.Clone()
+	ti.mu.Unlock()
+
+	clone.Ascend(func(ki *keyIndex) bool {
+		ti.mu.Lock()
+		ki.compact(rev, available)
+		if ki.isEmpty() {
+			ti.tree.Delete(ki)
+		}
+		ti.mu.Unlock()
+		return true
+	})
+	return available
+}
+
+// Keep returns the revisions Compact(rev) would keep, without compacting.
+func (ti *Index) Keep(rev int64) map[Revision]struct{} {
+	available := make(map[Revision]struct{})
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	ti.tree.Ascend(func(ki *keyIndex) bool {
+		ki.keep(rev, available)
+		return true
+	})
+	return available
+}
+
+// Len returns the number of keys with history in the index (live or not).
+func (ti *Index) Len() int {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	return ti.tree.Len()
+}
+
+// check verifies every key index's invariants; tests call it.
+func (ti *Index) check() error {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	var err error
+	ti.tree.Ascend(func(ki *keyIndex) bool {
+		err = ki.check()
+		return err == nil
+	})
+	return err
+}

@@ -1,0 +1,309 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+func r(main int64) Revision       { return Revision{Main: main} }
+func rs(main, sub int64) Revision { return Revision{Main: main, Sub: sub} }
+func set(revs ...Revision) map[Revision]struct{} {
+	m := make(map[Revision]struct{}, len(revs))
+	for _, rev := range revs {
+		m[rev] = struct{}{}
+	}
+	return m
+}
+
+// newTestKeyIndex builds the history etcd's key_index_test uses:
+//
+//	{2.0, 4.0, 6.0(t)} {8.0, 10.0, 12.0(t)} {14.0, 14.1, 16.0(t)} {}
+func newTestKeyIndex(t *testing.T) *keyIndex {
+	t.Helper()
+	ki := newKeyIndex([]byte("foo"))
+	ki.put(r(2))
+	ki.put(r(4))
+	mustTombstone(t, ki, r(6))
+	ki.put(r(8))
+	ki.put(r(10))
+	mustTombstone(t, ki, r(12))
+	ki.put(r(14))
+	ki.put(rs(14, 1))
+	mustTombstone(t, ki, r(16))
+	if err := ki.check(); err != nil {
+		t.Fatal(err)
+	}
+	return ki
+}
+
+func mustTombstone(t *testing.T, ki *keyIndex, rev Revision) {
+	t.Helper()
+	if err := ki.tombstone(rev); err != nil {
+		t.Fatalf("tombstone %v: %v", rev, err)
+	}
+}
+
+func TestKeyIndexGet(t *testing.T) {
+	ki := newTestKeyIndex(t)
+	ki.compact(4, map[Revision]struct{}{})
+	tests := []struct {
+		atRev         int64
+		wmod, wcreate Revision
+		wver          int64
+		werr          error
+	}{
+		{17, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		{16, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		// third generation
+		{15, rs(14, 1), r(14), 2, nil},
+		{14, rs(14, 1), r(14), 2, nil},
+		{13, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		{12, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		// second generation
+		{11, r(10), r(8), 2, nil},
+		{10, r(10), r(8), 2, nil},
+		{9, r(8), r(8), 1, nil},
+		{8, r(8), r(8), 1, nil},
+		{7, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		{6, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		// first generation, compacted below 4: created and version survive
+		{5, r(4), r(2), 2, nil},
+		{4, r(4), r(2), 2, nil},
+		{3, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		{2, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		{1, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+		{0, Revision{}, Revision{}, 0, ErrRevisionNotFound},
+	}
+	for _, tt := range tests {
+		mod, create, ver, err := ki.get(tt.atRev)
+		if !errors.Is(err, tt.werr) && err != tt.werr {
+			t.Errorf("get(%d) err = %v, want %v", tt.atRev, err, tt.werr)
+		}
+		if mod != tt.wmod || create != tt.wcreate || ver != tt.wver {
+			t.Errorf("get(%d) = %v %v %d, want %v %v %d", tt.atRev, mod, create, ver, tt.wmod, tt.wcreate, tt.wver)
+		}
+	}
+}
+
+func TestKeyIndexSince(t *testing.T) {
+	ki := newTestKeyIndex(t)
+	ki.compact(4, map[Revision]struct{}{})
+	all := []Revision{r(4), r(6), r(8), r(10), r(12), rs(14, 1), r(16)}
+	tests := []struct {
+		rev   int64
+		wrevs []Revision
+	}{
+		{17, nil},
+		{16, all[6:]},
+		{15, all[6:]},
+		{14, all[5:]},
+		{13, all[5:]},
+		{12, all[4:]},
+		{11, all[4:]},
+		{10, all[3:]},
+		{9, all[3:]},
+		{8, all[2:]},
+		{7, all[2:]},
+		{6, all[1:]},
+		{5, all[1:]},
+		{4, all},
+		{3, all},
+		{0, all},
+	}
+	for _, tt := range tests {
+		if got := ki.since(tt.rev); !reflect.DeepEqual(got, tt.wrevs) {
+			t.Errorf("since(%d) = %v, want %v", tt.rev, got, tt.wrevs)
+		}
+	}
+}
+
+func TestKeyIndexPutAndTombstone(t *testing.T) {
+	ki := newKeyIndex([]byte("foo"))
+	if err := ki.tombstone(r(1)); !errors.Is(err, ErrRevisionNotFound) {
+		t.Fatalf("tombstone of a never written key: %v, want ErrRevisionNotFound", err)
+	}
+	ki.put(r(5))
+	ki.put(r(7))
+	mustTombstone(t, ki, r(9))
+	if err := ki.tombstone(r(11)); !errors.Is(err, ErrRevisionNotFound) {
+		t.Fatalf("second tombstone: %v, want ErrRevisionNotFound", err)
+	}
+	ki.put(rs(11, 2))
+	want := []generation{
+		{created: r(5), ver: 3, revs: []Revision{r(5), r(7), r(9)}},
+		{created: rs(11, 2), ver: 1, revs: []Revision{rs(11, 2)}},
+	}
+	if !reflect.DeepEqual(ki.generations, want) || ki.modified != rs(11, 2) {
+		t.Fatalf("generations = %+v modified %v, want %+v", ki.generations, ki.modified, want)
+	}
+	if err := ki.check(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("put of an older revision did not panic")
+		}
+	}()
+	ki.put(rs(11, 1))
+}
+
+func TestKeyIndexRestore(t *testing.T) {
+	ki := newKeyIndex([]byte("foo"))
+	ki.restore(r(3), r(7), 4)
+	ki.put(r(9))
+	mod, create, ver, err := ki.get(9)
+	if err != nil || mod != r(9) || create != r(3) || ver != 5 {
+		t.Fatalf("get(9) = %v %v %d %v, want 9 3 5", mod, create, ver, err)
+	}
+	if _, _, _, err := ki.get(6); !errors.Is(err, ErrRevisionNotFound) {
+		t.Fatalf("get(6) before the restored revision: %v", err)
+	}
+}
+
+func TestKeyIndexFindGeneration(t *testing.T) {
+	ki := newTestKeyIndex(t)
+	g0, g1, g2 := &ki.generations[0], &ki.generations[1], &ki.generations[2]
+	tests := []struct {
+		rev  int64
+		want *generation
+	}{
+		{0, nil}, {1, nil}, {2, g0}, {3, g0}, {4, g0}, {5, g0}, {6, nil},
+		{7, nil}, {8, g1}, {9, g1}, {10, g1}, {11, g1}, {12, nil},
+		{13, nil}, {14, g2}, {15, g2}, {16, nil}, {17, nil},
+	}
+	for _, tt := range tests {
+		if got := ki.findGeneration(tt.rev); got != tt.want {
+			t.Errorf("findGeneration(%d) = %p, want %p", tt.rev, got, tt.want)
+		}
+	}
+}
+
+// Each row is the state after compacting the test key index at rev.
+var compactTests = []struct {
+	rev   int64
+	wgens []generation
+	wkeep map[Revision]struct{}
+}{
+	{1, gensFrom(0, nil), set()},
+	{2, gensFrom(0, nil), set(r(2))},
+	{3, gensFrom(0, nil), set(r(2))},
+	{4, gensFrom(0, []Revision{r(4), r(6)}), set(r(4))},
+	{5, gensFrom(0, []Revision{r(4), r(6)}), set(r(4))},
+	{6, gensFrom(1, nil), set()},
+	{7, gensFrom(1, nil), set()},
+	{8, gensFrom(1, nil), set(r(8))},
+	{9, gensFrom(1, nil), set(r(8))},
+	{10, gensFrom(1, []Revision{r(10), r(12)}), set(r(10))},
+	{11, gensFrom(1, []Revision{r(10), r(12)}), set(r(10))},
+	{12, gensFrom(2, nil), set()},
+	{13, gensFrom(2, nil), set()},
+	{14, gensFrom(2, []Revision{rs(14, 1), r(16)}), set(rs(14, 1))},
+	{15, gensFrom(2, []Revision{rs(14, 1), r(16)}), set(rs(14, 1))},
+	{16, gensFrom(3, nil), set()},
+	{17, gensFrom(3, nil), set()},
+}
+
+// gensFrom returns the test key index's generations from index first on, the
+// first of them with its revisions replaced by firstRevs when non-nil.
+func gensFrom(first int, firstRevs []Revision) []generation {
+	all := []generation{
+		{created: r(2), ver: 3, revs: []Revision{r(2), r(4), r(6)}},
+		{created: r(8), ver: 3, revs: []Revision{r(8), r(10), r(12)}},
+		{created: r(14), ver: 3, revs: []Revision{r(14), rs(14, 1), r(16)}},
+		{},
+	}
+	gens := all[first:]
+	if firstRevs != nil {
+		gens[0].revs = firstRevs
+	}
+	return gens
+}
+
+func TestKeyIndexCompactAndKeep(t *testing.T) {
+	// Each compaction on a fresh key index.
+	for _, tt := range compactTests {
+		t.Run(fmt.Sprintf("fresh/%d", tt.rev), func(t *testing.T) {
+			ki := newTestKeyIndex(t)
+			keep := map[Revision]struct{}{}
+			ki.keep(tt.rev, keep)
+			if !reflect.DeepEqual(keep, tt.wkeep) {
+				t.Errorf("keep = %v, want %v", keep, tt.wkeep)
+			}
+			if !reflect.DeepEqual(ki.generations, gensFrom(0, nil)) {
+				t.Errorf("keep changed the key index: %+v", ki.generations)
+			}
+			avail := map[Revision]struct{}{}
+			ki.compact(tt.rev, avail)
+			if !reflect.DeepEqual(ki.generations, tt.wgens) {
+				t.Errorf("generations = %+v, want %+v", ki.generations, tt.wgens)
+			}
+			if !reflect.DeepEqual(avail, tt.wkeep) {
+				t.Errorf("available = %v, want %v", avail, tt.wkeep)
+			}
+			if err := ki.check(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// Successive compactions of one key index end in the same states.
+	ki := newTestKeyIndex(t)
+	for _, tt := range compactTests {
+		keep := map[Revision]struct{}{}
+		ki.keep(tt.rev, keep)
+		avail := map[Revision]struct{}{}
+		ki.compact(tt.rev, avail)
+		if !reflect.DeepEqual(ki.generations, tt.wgens) {
+			t.Errorf("incremental %d: generations = %+v, want %+v", tt.rev, ki.generations, tt.wgens)
+		}
+		if !reflect.DeepEqual(avail, tt.wkeep) || !reflect.DeepEqual(keep, tt.wkeep) {
+			t.Errorf("incremental %d: available = %v keep = %v, want %v", tt.rev, avail, keep, tt.wkeep)
+		}
+	}
+	if !ki.isEmpty() {
+		t.Errorf("key index not empty after compacting past its last tombstone: %+v", ki.generations)
+	}
+}
+
+// Compacting at a revision above the key's newest live put keeps that put.
+func TestKeyIndexCompactOnFurtherRev(t *testing.T) {
+	ki := newKeyIndex([]byte("foo"))
+	ki.put(r(1))
+	ki.put(r(2))
+	avail := map[Revision]struct{}{}
+	ki.compact(3, avail)
+	want := []generation{{created: r(1), ver: 2, revs: []Revision{r(2)}}}
+	if !reflect.DeepEqual(ki.generations, want) || !reflect.DeepEqual(avail, set(r(2))) {
+		t.Fatalf("generations %+v available %v, want %+v {2}", ki.generations, avail, want)
+	}
+}
+
+// Regression: a transaction that deletes a key and puts it again leaves a
+// tombstone and a put with the same main revision; compacting there must
+// keep the put (etcd's generation search would drop it).
+func TestKeyIndexCompactDeleteAndPutInOneTxn(t *testing.T) {
+	ki := newKeyIndex([]byte("foo"))
+	ki.put(r(2))
+	mustTombstone(t, ki, rs(3, 0))
+	ki.put(rs(3, 1))
+	for _, c := range []int64{3, 4} {
+		k := newKeyIndex([]byte("foo"))
+		k.generations = []generation{
+			{created: r(2), ver: 2, revs: []Revision{r(2), rs(3, 0)}},
+			{created: rs(3, 1), ver: 1, revs: []Revision{rs(3, 1)}},
+		}
+		k.modified = rs(3, 1)
+		avail := map[Revision]struct{}{}
+		k.compact(c, avail)
+		if !reflect.DeepEqual(avail, set(rs(3, 1))) {
+			t.Errorf("compact(%d) kept %v, want {3.1}", c, avail)
+		}
+		if mod, _, ver, err := k.get(c); err != nil || mod != rs(3, 1) || ver != 1 {
+			t.Errorf("get(%d) after compact = %v %d %v, want 3.1 version 1", c, mod, ver, err)
+		}
+	}
+	if !reflect.DeepEqual(ki.generations[1].revs, []Revision{rs(3, 1)}) {
+		t.Fatalf("generations %+v", ki.generations)
+	}
+}
