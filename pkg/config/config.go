@@ -1,0 +1,329 @@
+// Package config is kvd's configuration: one YAML file whose keys are named
+// like etcd's --config-file keys where the meaning is the same, plus kvd's own
+// backend: and tracing: sections, and the command-line flags that override it.
+//
+// The life of a Config: defaults, then the file (Load), then the flags given on
+// the command line (Parse), then Complete fills the values derived from others
+// (data-dir from name, initial-cluster from name and peer URLs, wal-dir from
+// data-dir), then Validate. After Parse every field holds a concrete value.
+package config
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Engine names accepted in backend.engine.
+const (
+	EngineBolt   = "bolt"
+	EngineBadger = "badger"
+)
+
+// Initial cluster states, as in etcd.
+const (
+	ClusterStateNew      = "new"
+	ClusterStateExisting = "existing"
+)
+
+// Auto compaction modes, as in etcd.
+const (
+	CompactionPeriodic = "periodic"
+	CompactionRevision = "revision"
+)
+
+// Tracing protocols, named like OTEL_EXPORTER_OTLP_PROTOCOL values.
+const (
+	ProtocolGRPC         = "grpc"
+	ProtocolHTTPProtobuf = "http/protobuf"
+)
+
+// DefaultQuotaBackendBytes is the backend quota used when quota-backend-bytes
+// is 0 (etcd's DefaultQuotaBytes).
+const DefaultQuotaBackendBytes int64 = 2 << 30
+
+// Config is a member's whole configuration. Field comments give the YAML key's
+// meaning; the yaml tag is the key and, for fields with a flag, the flag name.
+type Config struct {
+	// Name is this member's name, its key in initial-cluster.
+	Name string `yaml:"name"`
+	// DataDir holds the member's WAL, snapshots and backend. Empty means
+	// "<name>.kvd" (Complete fills it).
+	DataDir string `yaml:"data-dir"`
+	// WALDir is where the WAL lives. Empty means "<data-dir>/member/wal"
+	// (Complete fills it).
+	WALDir string `yaml:"wal-dir"`
+
+	// SnapshotCount is the number of applied entries that triggers a raft
+	// snapshot (and lets the WAL be truncated behind it).
+	SnapshotCount uint64 `yaml:"snapshot-count"`
+	// SnapshotCatchupEntries is how many entries the leader keeps after a
+	// snapshot so slow followers can catch up without a snapshot transfer.
+	SnapshotCatchupEntries uint64 `yaml:"snapshot-catchup-entries"`
+	// MaxSnapshots and MaxWALs bound the files kept; 0 keeps all.
+	MaxSnapshots uint `yaml:"max-snapshots"`
+	MaxWALs      uint `yaml:"max-wals"`
+
+	// HeartbeatInterval is the raft tick in milliseconds.
+	HeartbeatInterval uint `yaml:"heartbeat-interval"`
+	// ElectionTimeout is in milliseconds; it must be at least five heartbeats.
+	ElectionTimeout uint `yaml:"election-timeout"`
+	// InitialElectionTickAdvance lets a fresh member elect sooner.
+	InitialElectionTickAdvance bool `yaml:"initial-election-tick-advance"`
+	// PreVote enables raft's pre-vote phase.
+	PreVote bool `yaml:"pre-vote"`
+
+	// Comma-separated URL lists, as in etcd's file and flags.
+	ListenClientURLs         string `yaml:"listen-client-urls"`
+	AdvertiseClientURLs      string `yaml:"advertise-client-urls"`
+	ListenPeerURLs           string `yaml:"listen-peer-urls"`
+	InitialAdvertisePeerURLs string `yaml:"initial-advertise-peer-urls"`
+	// ListenMetricsURLs serves /metrics and /health apart from the client
+	// URLs; empty serves none.
+	ListenMetricsURLs string `yaml:"listen-metrics-urls"`
+
+	// InitialCluster is "name=peerURL,name=peerURL,...". Empty means this
+	// member alone: "<name>=<initial-advertise-peer-urls>" (Complete fills it).
+	InitialCluster      string `yaml:"initial-cluster"`
+	InitialClusterState string `yaml:"initial-cluster-state"`
+	InitialClusterToken string `yaml:"initial-cluster-token"`
+	StrictReconfigCheck bool   `yaml:"strict-reconfig-check"`
+	ForceNewCluster     bool   `yaml:"force-new-cluster"`
+
+	// QuotaBackendBytes is the backend size limit; 0 means
+	// DefaultQuotaBackendBytes.
+	QuotaBackendBytes int64 `yaml:"quota-backend-bytes"`
+	// BackendBatchInterval and BackendBatchLimit bound how long and how many
+	// applies share one backend commit; 0 means the engine's default.
+	BackendBatchInterval Duration `yaml:"backend-batch-interval"`
+	BackendBatchLimit    int      `yaml:"backend-batch-limit"`
+
+	MaxTxnOps             uint     `yaml:"max-txn-ops"`
+	MaxRequestBytes       uint     `yaml:"max-request-bytes"`
+	MaxConcurrentStreams  uint     `yaml:"max-concurrent-streams"`
+	GRPCKeepAliveMinTime  Duration `yaml:"grpc-keepalive-min-time"`
+	GRPCKeepAliveInterval Duration `yaml:"grpc-keepalive-interval"`
+	GRPCKeepAliveTimeout  Duration `yaml:"grpc-keepalive-timeout"`
+
+	// AutoCompactionMode is "periodic" or "revision". AutoCompactionRetention
+	// is, for periodic, hours as an integer or a Go duration ("1h30m"); for
+	// revision, a revision count. "0" disables auto compaction.
+	AutoCompactionMode      string `yaml:"auto-compaction-mode"`
+	AutoCompactionRetention string `yaml:"auto-compaction-retention"`
+	CompactionBatchLimit    int    `yaml:"compaction-batch-limit"`
+
+	// InitialCorruptCheck compares this member's hash with its peers' before
+	// serving. ExperimentalInitialCorruptCheck is etcd's older name for it;
+	// Complete folds it in.
+	InitialCorruptCheck             bool     `yaml:"initial-corrupt-check"`
+	ExperimentalInitialCorruptCheck bool     `yaml:"experimental-initial-corrupt-check"`
+	CorruptCheckTime                Duration `yaml:"corrupt-check-time"`
+	// WarningApplyDuration logs applies slower than this.
+	WarningApplyDuration Duration `yaml:"warning-apply-duration"`
+	// UnsafeNoFsync skips WAL fsyncs. For tests only: a crash loses data.
+	UnsafeNoFsync bool `yaml:"unsafe-no-fsync"`
+
+	// AuthToken is "simple" or "jwt,<options>" as in etcd.
+	AuthToken    string `yaml:"auth-token"`
+	AuthTokenTTL uint   `yaml:"auth-token-ttl"`
+	BcryptCost   uint   `yaml:"bcrypt-cost"`
+
+	ClientTLS TLS `yaml:"client-transport-security"`
+	PeerTLS   TLS `yaml:"peer-transport-security"`
+
+	// LogLevel is debug, info, warn, error, panic or fatal. LogOutputs are
+	// "stderr", "stdout", "default" (stderr) or file paths.
+	LogLevel    string   `yaml:"log-level"`
+	LogOutputs  []string `yaml:"log-outputs"`
+	LogFormat   string   `yaml:"log-format"`
+	EnablePprof bool     `yaml:"enable-pprof"`
+
+	Backend Backend `yaml:"backend"`
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// TLS is etcd's client-transport-security / peer-transport-security block.
+type TLS struct {
+	CertFile       string `yaml:"cert-file"`
+	KeyFile        string `yaml:"key-file"`
+	ClientCertAuth bool   `yaml:"client-cert-auth"`
+	TrustedCAFile  string `yaml:"trusted-ca-file"`
+	AutoTLS        bool   `yaml:"auto-tls"`
+}
+
+// Empty reports whether no TLS material or mode is configured.
+func (t TLS) Empty() bool { return t == TLS{} }
+
+// Backend chooses the storage engine and carries each engine's options. Only
+// the chosen engine's block is used; the other may stay at its defaults.
+type Backend struct {
+	// Engine is "bolt" or "badger".
+	Engine string `yaml:"engine"`
+	Bolt   Bolt   `yaml:"bolt"`
+	Badger Badger `yaml:"badger"`
+}
+
+// Bolt holds bbolt's options.
+type Bolt struct {
+	// InitialMmapSize is the size bbolt maps up front, so readers do not block
+	// on a remap while the file grows.
+	InitialMmapSize int64 `yaml:"initial-mmap-size"`
+	// FreelistType is "map" or "array".
+	FreelistType string `yaml:"freelist-type"`
+}
+
+// Badger holds Badger's options. Zero values mean Badger's own defaults.
+type Badger struct {
+	MemTableSize     int64 `yaml:"mem-table-size"`
+	ValueLogFileSize int64 `yaml:"value-log-file-size"`
+	ValueThreshold   int64 `yaml:"value-threshold"`
+	NumCompactors    int   `yaml:"num-compactors"`
+	BlockCacheSize   int64 `yaml:"block-cache-size"`
+}
+
+// Tracing configures OpenTelemetry export. The standard OTEL_* environment
+// variables take precedence over it (see pkg/tracing).
+type Tracing struct {
+	Enabled bool `yaml:"enabled"`
+	// Endpoint is the collector URL, e.g. "http://127.0.0.1:4317"; http means
+	// no TLS. Empty means the OTLP default (localhost:4317 or :4318).
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is "grpc" or "http/protobuf".
+	Protocol string `yaml:"protocol"`
+	// SamplingRatio is the fraction of new traces sampled, in [0, 1]; spans
+	// with a sampled parent are always sampled.
+	SamplingRatio float64 `yaml:"sampling-ratio"`
+	ServiceName   string  `yaml:"service-name"`
+}
+
+// defaults is Default without the derived fields, so that a file or flag that
+// sets name also moves data-dir and initial-cluster.
+func defaults() *Config {
+	return &Config{
+		Name:                       "default",
+		SnapshotCount:              10000,
+		SnapshotCatchupEntries:     5000,
+		MaxSnapshots:               5,
+		MaxWALs:                    5,
+		HeartbeatInterval:          100,
+		ElectionTimeout:            1000,
+		InitialElectionTickAdvance: true,
+		PreVote:                    true,
+		ListenClientURLs:           "http://127.0.0.1:2379",
+		AdvertiseClientURLs:        "http://127.0.0.1:2379",
+		ListenPeerURLs:             "http://127.0.0.1:2380",
+		InitialAdvertisePeerURLs:   "http://127.0.0.1:2380",
+		InitialClusterState:        ClusterStateNew,
+		InitialClusterToken:        "etcd-cluster",
+		StrictReconfigCheck:        true,
+		MaxTxnOps:                  128,
+		MaxRequestBytes:            1572864,
+		MaxConcurrentStreams:       math.MaxUint32,
+		GRPCKeepAliveMinTime:       Duration(5 * time.Second),
+		GRPCKeepAliveInterval:      Duration(2 * time.Hour),
+		GRPCKeepAliveTimeout:       Duration(20 * time.Second),
+		AutoCompactionMode:         CompactionPeriodic,
+		AutoCompactionRetention:    "0",
+		CompactionBatchLimit:       1000,
+		WarningApplyDuration:       Duration(100 * time.Millisecond),
+		AuthToken:                  "simple",
+		AuthTokenTTL:               300,
+		BcryptCost:                 10,
+		LogLevel:                   "info",
+		LogOutputs:                 []string{"default"},
+		LogFormat:                  "json",
+		Backend: Backend{
+			Engine: EngineBolt,
+			Bolt: Bolt{
+				InitialMmapSize: 10 << 30,
+				FreelistType:    "map",
+			},
+		},
+		Tracing: Tracing{
+			Protocol:      ProtocolGRPC,
+			SamplingRatio: 1.0,
+			ServiceName:   "kvd",
+		},
+	}
+}
+
+// Default returns a valid single-member configuration: member "default" with
+// data in ./default.kvd, clients on 127.0.0.1:2379, peers on 127.0.0.1:2380,
+// bolt backend, tracing off.
+func Default() *Config {
+	c := defaults()
+	c.Complete()
+	return c
+}
+
+// Complete fills the fields whose defaults derive from other fields. It only
+// fills empty fields, so calling it twice is harmless.
+func (c *Config) Complete() {
+	if c.DataDir == "" {
+		c.DataDir = c.Name + ".kvd"
+	}
+	if c.WALDir == "" {
+		c.WALDir = filepath.Join(c.MemberDir(), "wal")
+	}
+	if c.InitialCluster == "" {
+		var b strings.Builder
+		for i, u := range splitList(c.InitialAdvertisePeerURLs) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%s=%s", c.Name, u)
+		}
+		c.InitialCluster = b.String()
+	}
+	if c.ExperimentalInitialCorruptCheck {
+		c.InitialCorruptCheck = true
+	}
+}
+
+// Duration is a time.Duration that reads from YAML and flags as a Go duration
+// string ("100ms", "2h"). A bare YAML integer is nanoseconds, which is how
+// etcd's config file spells durations.
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set implements flag.Value.
+func (d *Duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// UnmarshalYAML accepts "1s" style strings and integer nanoseconds.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a duration such as \"100ms\"")
+	}
+	if n.Tag == "!!int" {
+		var ns int64
+		if err := n.Decode(&ns); err != nil {
+			return err
+		}
+		*d = Duration(ns)
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"100ms\", got %q", n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }

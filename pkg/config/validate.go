@@ -1,0 +1,244 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// maxElectionTimeout is etcd's upper bound on election-timeout, in ms.
+const maxElectionTimeout = 50000
+
+// Validate checks the whole configuration and reports every problem found,
+// one per line, each starting with the key at fault. Derived fields left empty
+// are validated as Complete would fill them; c itself is not changed.
+func (c *Config) Validate() error {
+	v := *c
+	v.Complete()
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	addErr := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	if v.Name == "" {
+		add("name", "must not be empty")
+	} else if strings.ContainsAny(v.Name, ",= \t\n") {
+		add("name", "%q must not contain ',', '=' or spaces", v.Name)
+	}
+	if v.SnapshotCount == 0 {
+		add("snapshot-count", "must be positive")
+	}
+
+	switch {
+	case v.HeartbeatInterval == 0:
+		add("heartbeat-interval", "must be positive")
+	case v.ElectionTimeout == 0:
+		add("election-timeout", "must be positive")
+	case v.ElectionTimeout < 5*v.HeartbeatInterval:
+		add("election-timeout", "%dms must be at least 5 times heartbeat-interval (%dms)", v.ElectionTimeout, v.HeartbeatInterval)
+	case v.ElectionTimeout > maxElectionTimeout:
+		add("election-timeout", "%dms is above the maximum of %dms", v.ElectionTimeout, maxElectionTimeout)
+	}
+
+	clientURLs, err := v.ClientURLs()
+	addErr(err)
+	_, err = v.AdvertiseClientURLsList()
+	addErr(err)
+	peerURLs, err := v.PeerURLs()
+	addErr(err)
+	advPeerURLs, err := v.AdvertisePeerURLs()
+	addErr(err)
+	_, err = v.MetricsURLs()
+	addErr(err)
+	addErr(checkTLS("client-transport-security", v.ClientTLS))
+	addErr(checkTLS("peer-transport-security", v.PeerTLS))
+	if needsTLS(clientURLs) && !hasTLS(v.ClientTLS) {
+		add("listen-client-urls", "https URL needs client-transport-security cert-file and key-file, or auto-tls")
+	}
+	if needsTLS(peerURLs) && !hasTLS(v.PeerTLS) {
+		add("listen-peer-urls", "https URL needs peer-transport-security cert-file and key-file, or auto-tls")
+	}
+
+	members, err := v.InitialClusterMap()
+	addErr(err)
+	if err == nil {
+		mine, ok := members[v.Name]
+		switch {
+		case !ok:
+			add("initial-cluster", "has no entry for this member's name %q", v.Name)
+		case advPeerURLs != nil && !sameURLs(mine, advPeerURLs):
+			add("initial-cluster", "member %q has peer URLs %s but initial-advertise-peer-urls is %s",
+				v.Name, joinURLs(mine), joinURLs(advPeerURLs))
+		}
+	}
+	if v.InitialClusterState != ClusterStateNew && v.InitialClusterState != ClusterStateExisting {
+		add("initial-cluster-state", "%q is not new or existing", v.InitialClusterState)
+	}
+	if v.InitialClusterToken == "" {
+		add("initial-cluster-token", "must not be empty")
+	}
+
+	if v.QuotaBackendBytes < 0 {
+		add("quota-backend-bytes", "%d is negative", v.QuotaBackendBytes)
+	}
+	if v.BackendBatchInterval < 0 {
+		add("backend-batch-interval", "%s is negative", v.BackendBatchInterval)
+	}
+	if v.BackendBatchLimit < 0 {
+		add("backend-batch-limit", "%d is negative", v.BackendBatchLimit)
+	}
+	if v.MaxTxnOps == 0 {
+		add("max-txn-ops", "must be positive")
+	}
+	if v.MaxRequestBytes == 0 {
+		add("max-request-bytes", "must be positive")
+	}
+	if v.MaxConcurrentStreams == 0 {
+		add("max-concurrent-streams", "must be positive")
+	}
+	for _, d := range []struct {
+		key string
+		d   Duration
+	}{
+		{"grpc-keepalive-min-time", v.GRPCKeepAliveMinTime},
+		{"grpc-keepalive-interval", v.GRPCKeepAliveInterval},
+		{"grpc-keepalive-timeout", v.GRPCKeepAliveTimeout},
+		{"corrupt-check-time", v.CorruptCheckTime},
+		{"warning-apply-duration", v.WarningApplyDuration},
+	} {
+		if d.d < 0 {
+			add(d.key, "%s is negative", d.d)
+		}
+	}
+	if _, _, err := v.AutoCompaction(); err != nil {
+		addErr(err)
+	}
+	if v.CompactionBatchLimit <= 0 {
+		add("compaction-batch-limit", "must be positive")
+	}
+
+	if v.AuthToken != "simple" && v.AuthToken != "jwt" && !strings.HasPrefix(v.AuthToken, "jwt,") {
+		add("auth-token", "%q is not simple or jwt,...", v.AuthToken)
+	}
+	if v.AuthTokenTTL == 0 {
+		add("auth-token-ttl", "must be positive")
+	}
+	if v.BcryptCost < 4 || v.BcryptCost > 31 {
+		add("bcrypt-cost", "%d is outside [4, 31]", v.BcryptCost)
+	}
+
+	if !slices.Contains([]string{"debug", "info", "warn", "error", "dpanic", "panic", "fatal"}, v.LogLevel) {
+		add("log-level", "%q is not debug, info, warn, error, panic or fatal", v.LogLevel)
+	}
+	if v.LogFormat != "json" && v.LogFormat != "console" {
+		add("log-format", "%q is not json or console", v.LogFormat)
+	}
+	if len(v.LogOutputs) == 0 {
+		add("log-outputs", "must not be empty")
+	}
+
+	errs = append(errs, v.Backend.validate()...)
+	errs = append(errs, v.Tracing.validate()...)
+	return errors.Join(errs...)
+}
+
+func (b Backend) validate() []error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("backend.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if b.Engine != EngineBolt && b.Engine != EngineBadger {
+		add("engine", "%q is not bolt or badger", b.Engine)
+	}
+	if b.Bolt.InitialMmapSize < 0 {
+		add("bolt.initial-mmap-size", "%d is negative", b.Bolt.InitialMmapSize)
+	}
+	if b.Bolt.FreelistType != "map" && b.Bolt.FreelistType != "array" {
+		add("bolt.freelist-type", "%q is not map or array", b.Bolt.FreelistType)
+	}
+	for _, s := range []struct {
+		key string
+		n   int64
+	}{
+		{"badger.mem-table-size", b.Badger.MemTableSize},
+		{"badger.value-log-file-size", b.Badger.ValueLogFileSize},
+		{"badger.value-threshold", b.Badger.ValueThreshold},
+		{"badger.block-cache-size", b.Badger.BlockCacheSize},
+	} {
+		if s.n < 0 {
+			add(s.key, "%d is negative", s.n)
+		}
+	}
+	// Badger refuses exactly one compactor.
+	if b.Badger.NumCompactors < 0 || b.Badger.NumCompactors == 1 {
+		add("badger.num-compactors", "%d must be 0 (Badger's default) or at least 2", b.Badger.NumCompactors)
+	}
+	return errs
+}
+
+func (t Tracing) validate() []error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("tracing.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if t.Protocol != ProtocolGRPC && t.Protocol != ProtocolHTTPProtobuf {
+		add("protocol", "%q is not grpc or http/protobuf", t.Protocol)
+	}
+	if t.SamplingRatio < 0 || t.SamplingRatio > 1 || t.SamplingRatio != t.SamplingRatio {
+		add("sampling-ratio", "%v is outside [0, 1]", t.SamplingRatio)
+	}
+	if t.Endpoint != "" {
+		// An OTLP/HTTP endpoint may carry a path, so parseURL is too strict.
+		u, err := url.Parse(t.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("endpoint", "invalid URL %q: want http://host:port or https://host:port", t.Endpoint)
+		}
+	}
+	return errs
+}
+
+func checkTLS(key string, t TLS) error {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return fmt.Errorf("%s: cert-file and key-file must be set together", key)
+	}
+	if t.ClientCertAuth && t.TrustedCAFile == "" && !t.AutoTLS {
+		return fmt.Errorf("%s: client-cert-auth needs trusted-ca-file", key)
+	}
+	return nil
+}
+
+func hasTLS(t TLS) bool { return t.AutoTLS || (t.CertFile != "" && t.KeyFile != "") }
+
+func needsTLS(us []url.URL) bool {
+	for _, u := range us {
+		if u.Scheme == "https" || u.Scheme == "unixs" {
+			return true
+		}
+	}
+	return false
+}
+
+func sameURLs(a, b []url.URL) bool {
+	as, bs := urlStrings(a), urlStrings(b)
+	slices.Sort(as)
+	slices.Sort(bs)
+	return slices.Equal(slices.Compact(as), slices.Compact(bs))
+}
+
+func urlStrings(us []url.URL) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		u.Path = strings.TrimSuffix(u.Path, "/")
+		out[i] = u.String()
+	}
+	return out
+}
+
+func joinURLs(us []url.URL) string { return strings.Join(urlStrings(us), ",") }
