@@ -5,12 +5,27 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"io"
 )
 
 // Bucket names a keyspace inside a backend. Keys in different buckets never
-// collide. Engines without native buckets prefix keys with the bucket name.
+// collide, whatever the names (a bucket "key" never sees the keys of "keyx").
+// Engines without native buckets prefix keys with an encoding of the name.
+// A name is 1 to MaxBucketLen bytes. Writing to a bucket that does not exist
+// yet creates it; reading one that does not exist finds nothing.
 type Bucket string
+
+// MaxBucketLen bounds bucket names so engines can length-prefix them in one byte.
+const MaxBucketLen = 255
+
+// Validate reports whether b is a usable bucket name.
+func (b Bucket) Validate() error {
+	if len(b) == 0 || len(b) > MaxBucketLen {
+		return fmt.Errorf("backend: bucket name %q must be 1 to %d bytes", string(b), MaxBucketLen)
+	}
+	return nil
+}
 
 // Buckets used by kvd. Every engine creates them on Open.
 const (
@@ -25,8 +40,16 @@ const (
 // AllBuckets lists the buckets an engine creates on Open.
 var AllBuckets = []Bucket{Key, Meta, Lease, Auth, Members}
 
-// ErrClosed is returned by operations on a closed backend.
-var ErrClosed = errors.New("backend: closed")
+var (
+	// ErrClosed is returned by operations on a closed backend.
+	ErrClosed = errors.New("backend: closed")
+	// ErrTxDone is returned by operations on a released ReadTx or on a WriteTx
+	// after its Update returned.
+	ErrTxDone = errors.New("backend: transaction done")
+	// ErrUpdateTooLarge is returned (wrapped) when one Update holds more writes
+	// than the engine can commit atomically. Nothing of that Update is committed.
+	ErrUpdateTooLarge = errors.New("backend: update too large")
+)
 
 // Backend is a transactional ordered key-value engine.
 //
@@ -41,11 +64,19 @@ var ErrClosed = errors.New("backend: closed")
 //     the engine's option (Options.Sync); kvd's durability comes from the WAL,
 //     so a commit must only be atomic and crash-consistent (after a crash the
 //     backend holds some prefix of the committed transactions).
+//   - Keep ReadTx short. An open ReadTx pins old data: bolt cannot grow its
+//     memory map past it (a writer that must remap waits for it) and Badger
+//     cannot discard versions it may see. Never call Update from a goroutine
+//     that holds a ReadTx.
+//   - Close waits for in-flight Updates and for every ReadTx to be released;
+//     afterwards every method returns ErrClosed. Closing twice is harmless.
 type Backend interface {
 	// ReadTx opens a read-only snapshot. The caller must Release it.
 	ReadTx() (ReadTx, error)
 	// Update runs fn in one write transaction and commits it if fn returns
-	// nil; otherwise it rolls back and returns fn's error.
+	// nil; otherwise it rolls back and returns fn's error. If a Put or Delete
+	// inside fn failed, Update rolls back and returns that error even when fn
+	// returns nil: an Update commits all of its writes or none.
 	Update(fn func(WriteTx) error) error
 	// Size is the bytes the engine takes on disk (what etcd reports as db size).
 	Size() int64
@@ -62,15 +93,19 @@ type Backend interface {
 	Close() error
 }
 
-// ReadTx is a consistent read-only view. Byte slices handed to callbacks or
-// returned by Get are only valid until Release unless the method says
-// otherwise; callers that keep them must copy.
+// ReadTx is a consistent read-only view, used by one goroutine at a time.
+// Callers must not modify returned byte slices, and must copy the ones they
+// keep longer than stated.
 type ReadTx interface {
-	// Get returns the value of key in bucket, or nil and false.
+	// Get returns the value of key in bucket, or nil and false. The value is
+	// valid until Release (for a WriteTx: until Update returns). A present key
+	// with an empty value returns a non-nil empty slice and true.
 	Get(b Bucket, key []byte) ([]byte, bool, error)
-	// Range calls fn for keys in [start, end) in ascending order; a nil end
-	// means to the end of the bucket. It stops when fn returns false or after
-	// limit keys (limit <= 0: no limit).
+	// Range calls fn for keys in [start, end) in ascending byte order; a nil
+	// start means from the start of the bucket, a nil end to its end. It stops
+	// when fn returns false or after limit keys (limit <= 0: no limit). k and
+	// v are valid only during the call to fn. fn may call Get on the same tx
+	// but not Range, Put or Delete.
 	Range(b Bucket, start, end []byte, limit int, fn func(k, v []byte) bool) error
 	// Release ends the view. Calling it twice is harmless.
 	Release()
@@ -79,7 +114,10 @@ type ReadTx interface {
 // WriteTx sees its own writes. Its Release is a no-op: Update ends it.
 type WriteTx interface {
 	ReadTx
+	// Put sets key (non-empty) to value in bucket. It copies both: the caller
+	// may reuse them as soon as Put returns.
 	Put(b Bucket, key, value []byte) error
+	// Delete removes key from bucket; deleting an absent key is not an error.
 	Delete(b Bucket, key []byte) error
 }
 
@@ -87,6 +125,8 @@ type WriteTx interface {
 type Options struct {
 	// Dir is the directory the engine keeps its files in.
 	Dir string
-	// Sync makes each committed Update durable before it returns.
+	// Sync makes each committed Update durable before it returns. Engines
+	// document how they honour it; without it a commit is still atomic and
+	// crash-consistent.
 	Sync bool
 }

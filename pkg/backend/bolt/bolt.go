@@ -1,0 +1,554 @@
+// Package bolt implements backend.Backend on bbolt: one B+tree file, Dir/db,
+// with one bolt bucket per backend.Bucket.
+//
+// Durability: bolt's commit writes the dirty pages, fsyncs, then writes the
+// meta page and fsyncs again; the two fsyncs are what make a commit atomic
+// across a power loss. Without them a crash can leave a meta page that points
+// at pages never written, a corrupt file rather than an older state. The
+// backend contract wants every commit crash-consistent, so this engine always
+// fsyncs on commit: backend.Options.Sync changes nothing here (every commit is
+// durable anyway), and only the explicitly unsafe Options.NoSync turns it off.
+//
+// Defrag copies the live data into a new file and renames it over Dir/db while
+// writers wait. The old file stays open (and mapped) until the last ReadTx
+// begun on it is released, so Defrag never waits for readers.
+package bolt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
+)
+
+const (
+	// FileName is the bolt file inside backend.Options.Dir.
+	FileName = "db"
+	// defragSuffix names the file Defrag builds before renaming it over
+	// FileName; a leftover one is an interrupted Defrag and is removed on Open.
+	defragSuffix = ".defrag"
+	// restoreSuffix is Restore's equivalent of defragSuffix.
+	restoreSuffix = ".restore"
+	// defragTxBytes bounds the size of one copy transaction during Defrag.
+	defragTxBytes = 10 << 20
+)
+
+// FreelistType values, named as in etcd's backend-bbolt-freelist-type.
+const (
+	FreelistMap   = "map"
+	FreelistArray = "array"
+)
+
+// Options tune bolt. The zero value gives the defaults (etcd's choices).
+type Options struct {
+	// InitialMmapSize is the size of the first memory map. A writer that needs
+	// a larger map must wait for every open read transaction, so a map that
+	// is big from the start keeps writers from stalling behind readers. It
+	// reserves address space only. Default: 10 GiB (1 GiB on 32-bit).
+	InitialMmapSize int
+	// FreelistType is FreelistMap (default: fast on large files) or
+	// FreelistArray.
+	FreelistType string
+	// SyncFreelist writes the freelist on every commit. Off (etcd's default)
+	// commits are cheaper and Open rebuilds the freelist by scanning the file.
+	SyncFreelist bool
+	// NoSync skips the fsyncs of a commit. UNSAFE: a power loss can corrupt
+	// the file (see the package comment). For tests and benchmarks only.
+	NoSync bool
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process. Default: 10s.
+	LockTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.InitialMmapSize <= 0 {
+		o.InitialMmapSize = 10 << 30
+		if strconv.IntSize == 32 {
+			o.InitialMmapSize = 1 << 30
+		}
+	}
+	switch o.FreelistType {
+	case "":
+		o.FreelistType = FreelistMap
+	case FreelistMap, FreelistArray:
+	default:
+		return o, fmt.Errorf("bolt freelist type %q: want %q or %q", o.FreelistType, FreelistMap, FreelistArray)
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 10 * time.Second
+	}
+	return o, nil
+}
+
+func (o Options) boltOptions() *bolt.Options {
+	ft := bolt.FreelistMapType
+	if o.FreelistType == FreelistArray {
+		ft = bolt.FreelistArrayType
+	}
+	return &bolt.Options{
+		Timeout:         o.LockTimeout,
+		NoFreelistSync:  !o.SyncFreelist,
+		FreelistType:    ft,
+		InitialMmapSize: o.InitialMmapSize,
+		NoSync:          o.NoSync,
+	}
+}
+
+// Backend is a bolt-backed backend.Backend.
+type Backend struct {
+	path string
+	bo   Options
+
+	gate gate.Gate // every operation and every open ReadTx holds it
+
+	// writeMu serialises Update, Defrag and Restore-like swaps; bolt has one
+	// writer anyway, taking it here keeps Defrag's copy free of writers.
+	writeMu sync.Mutex
+	// mu guards db. It is held only to read the pointer and begin a bolt
+	// transaction, never across a callback.
+	mu sync.RWMutex
+	db *bolt.DB
+	// retired counts old files (replaced by Defrag) still closing: their
+	// close waits for the ReadTx begun on them. Close waits for retired.
+	retired sync.WaitGroup
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open opens (creating if needed) the bolt file in opts.Dir and creates every
+// bucket in backend.AllBuckets.
+func Open(opts backend.Options, bo Options) (*Backend, error) {
+	bo, err := bo.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create bolt dir %s: %w", opts.Dir, err)
+	}
+	path := filepath.Join(opts.Dir, FileName)
+	for _, leftover := range []string{path + defragSuffix, path + restoreSuffix} {
+		if err := os.Remove(leftover); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove leftover %s: %w", leftover, err)
+		}
+	}
+	db, err := openDB(path, bo)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{path: path, bo: bo, db: db}, nil
+}
+
+func openDB(path string, bo Options) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, bo.boltOptions())
+	if err != nil {
+		return nil, fmt.Errorf("open bolt db %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range backend.AllBuckets {
+			if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("init bolt db %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func (be *Backend) current() *bolt.DB {
+	be.mu.RLock()
+	defer be.mu.RUnlock()
+	return be.db
+}
+
+// ReadTx implements backend.Backend.
+func (be *Backend) ReadTx() (backend.ReadTx, error) {
+	if !be.gate.Enter() {
+		return nil, backend.ErrClosed
+	}
+	be.mu.RLock()
+	tx, err := be.db.Begin(false)
+	be.mu.RUnlock()
+	if err != nil {
+		be.gate.Exit()
+		return nil, fmt.Errorf("begin bolt read tx: %w", err)
+	}
+	return &readTx{tx: tx, exit: be.gate.Exit}, nil
+}
+
+// Update implements backend.Backend.
+func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	be.writeMu.Lock()
+	defer be.writeMu.Unlock()
+	// Under writeMu the pointer cannot change: Defrag swaps it holding writeMu.
+	tx, err := be.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("begin bolt write tx: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	w := &writeTx{readTx: readTx{tx: tx}}
+	ferr := fn(w)
+	w.done = true
+	if ferr != nil {
+		return ferr
+	}
+	if w.err != nil {
+		return w.err
+	}
+	committed = true
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit bolt tx: %w", err)
+	}
+	return nil
+}
+
+// Size is the extent of the file bolt uses (what etcd reports as db size).
+// The file itself may be up to 16 MiB longer: bolt grows it ahead in steps.
+func (be *Backend) Size() int64 {
+	size, _ := be.sizes()
+	return size
+}
+
+// SizeInUse is Size minus the pages on bolt's freelist (etcd's dbSizeInUse).
+func (be *Backend) SizeInUse() int64 {
+	_, inUse := be.sizes()
+	return inUse
+}
+
+func (be *Backend) sizes() (size, inUse int64) {
+	if !be.gate.Enter() {
+		return 0, 0
+	}
+	defer be.gate.Exit()
+	db := be.current()
+	// Inside the transaction: an open tx keeps a retired db from closing.
+	err := db.View(func(tx *bolt.Tx) error {
+		size = tx.Size()
+		free := int64(db.Stats().FreePageN) * int64(db.Info().PageSize)
+		inUse = max(size-free, 0)
+		return nil
+	})
+	if err != nil {
+		return 0, 0
+	}
+	return size, inUse
+}
+
+// Snapshot writes the whole bolt file as of one read transaction; the stream
+// is itself a valid bolt file (see Restore).
+func (be *Backend) Snapshot(w io.Writer) (int64, error) {
+	rtx, err := be.ReadTx()
+	if err != nil {
+		return 0, err
+	}
+	defer rtx.Release()
+	n, err := rtx.(*readTx).tx.WriteTo(w)
+	if err != nil {
+		return n, fmt.Errorf("write bolt snapshot of %s: %w", be.path, err)
+	}
+	return n, nil
+}
+
+// Defrag implements backend.Backend. Writers wait while it copies; readers
+// do not, and ReadTx begun before it go on seeing the old file.
+func (be *Backend) Defrag() error {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	be.writeMu.Lock()
+	defer be.writeMu.Unlock()
+
+	tmpPath := be.path + defragSuffix
+	if err := os.Remove(tmpPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("defrag: remove stale %s: %w", tmpPath, err)
+	}
+	tmpOpts := be.bo
+	tmpOpts.NoSync = true // one fsync at the end instead of one per copy tx
+	tmpOpts.InitialMmapSize = 0
+	tmp, err := bolt.Open(tmpPath, 0o600, tmpOpts.boltOptions())
+	if err != nil {
+		return fmt.Errorf("defrag: open %s: %w", tmpPath, err)
+	}
+	if err := bolt.Compact(tmp, be.db, defragTxBytes); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("defrag: copy %s: %w", be.path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
+	}
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("defrag: close %s: %w", tmpPath, err)
+	}
+	if err := os.Rename(tmpPath, be.path); err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("defrag: rename %s: %w", tmpPath, err)
+	}
+	if err := syncDir(filepath.Dir(be.path)); err != nil {
+		return fmt.Errorf("defrag: %w", err)
+	}
+	// From here Dir/db is the new file. If it cannot be opened, keep serving
+	// from the old one: it holds the same data, and kvd replays from the WAL
+	// whatever the file on disk lacks at the next start.
+	ndb, err := openDB(be.path, be.bo)
+	if err != nil {
+		return fmt.Errorf("defrag: reopen: %w", err)
+	}
+	be.mu.Lock()
+	old := be.db
+	be.db = ndb
+	be.mu.Unlock()
+	be.retired.Add(1)
+	go func() {
+		defer be.retired.Done()
+		// bolt's Close waits for the read transactions still open on old.
+		_ = old.Close()
+	}()
+	return nil
+}
+
+// Sync implements backend.Backend.
+func (be *Backend) Sync() error {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	if err := be.current().Sync(); err != nil {
+		return fmt.Errorf("sync bolt db %s: %w", be.path, err)
+	}
+	return nil
+}
+
+// Close implements backend.Backend.
+func (be *Backend) Close() error {
+	if !be.gate.Close() {
+		return nil
+	}
+	err := be.db.Close()
+	be.retired.Wait()
+	if err != nil {
+		return fmt.Errorf("close bolt db %s: %w", be.path, err)
+	}
+	return nil
+}
+
+// Restore replaces the bolt file in opts.Dir with a stream written by
+// Snapshot. The backend on opts.Dir must be closed. The stream is checked to
+// open as a bolt file before it replaces the old one.
+func Restore(opts backend.Options, bo Options, r io.Reader) error {
+	bo, err := bo.withDefaults()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return fmt.Errorf("restore: create bolt dir %s: %w", opts.Dir, err)
+	}
+	path := filepath.Join(opts.Dir, FileName)
+	tmpPath := path + restoreSuffix
+	if err := writeFileSync(tmpPath, r); err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("restore: %w", err)
+	}
+	bo.InitialMmapSize = 0
+	db, err := bolt.Open(tmpPath, 0o600, bo.boltOptions())
+	if err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("restore: snapshot is not a bolt file: %w", err)
+	}
+	if err := db.Close(); err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("restore: close %s: %w", tmpPath, err)
+	}
+	if err := os.Rename(tmpPath, path); err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("restore: rename %s: %w", tmpPath, err)
+	}
+	if err := syncDir(opts.Dir); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	return nil
+}
+
+func writeFileSync(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir makes a rename inside dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+type readTx struct {
+	tx   *bolt.Tx
+	exit func() // nil for a writeTx
+	// done is set by Release (readTx) or when Update returns (writeTx).
+	done bool
+}
+
+func (r *readTx) bucket(b backend.Bucket) (*bolt.Bucket, error) {
+	if r.done {
+		return nil, backend.ErrTxDone
+	}
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	return r.tx.Bucket([]byte(b)), nil
+}
+
+func (r *readTx) Get(b backend.Bucket, key []byte) ([]byte, bool, error) {
+	bkt, err := r.bucket(b)
+	if err != nil || bkt == nil || len(key) == 0 {
+		return nil, false, err
+	}
+	// A cursor tells an empty value from a missing key; Bucket.Get does not.
+	k, v := bkt.Cursor().Seek(key)
+	if k == nil || !bytes.Equal(k, key) {
+		return nil, false, nil
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+func (r *readTx) Range(b backend.Bucket, start, end []byte, limit int, fn func(k, v []byte) bool) error {
+	bkt, err := r.bucket(b)
+	if err != nil || bkt == nil {
+		return err
+	}
+	c := bkt.Cursor()
+	var k, v []byte
+	if len(start) == 0 {
+		k, v = c.First()
+	} else {
+		k, v = c.Seek(start)
+	}
+	for n := 0; k != nil; k, v = c.Next() {
+		if end != nil && bytes.Compare(k, end) >= 0 {
+			return nil
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		if !fn(k, v) {
+			return nil
+		}
+		if n++; limit > 0 && n >= limit {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *readTx) Release() {
+	if r.done || r.exit == nil {
+		return
+	}
+	r.done = true
+	_ = r.tx.Rollback()
+	r.exit()
+}
+
+type writeTx struct {
+	readTx
+	err error // first failed write; Update then commits nothing
+}
+
+func (w *writeTx) Release() {}
+
+func (w *writeTx) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return err
+}
+
+func (w *writeTx) Put(b backend.Bucket, key, value []byte) error {
+	if w.done {
+		return backend.ErrTxDone
+	}
+	if err := b.Validate(); err != nil {
+		return w.fail(err)
+	}
+	if len(key) == 0 {
+		return w.fail(fmt.Errorf("bolt put in bucket %s: empty key", b))
+	}
+	bkt, err := w.tx.CreateBucketIfNotExists([]byte(b))
+	if err != nil {
+		return w.fail(fmt.Errorf("bolt create bucket %s: %w", b, err))
+	}
+	// bolt keeps the caller's slices until commit; copy so callers may reuse.
+	buf := make([]byte, len(key)+len(value))
+	copy(buf, key)
+	copy(buf[len(key):], value)
+	if err := bkt.Put(buf[:len(key):len(key)], buf[len(key):]); err != nil {
+		return w.fail(fmt.Errorf("bolt put in bucket %s: %w", b, err))
+	}
+	return nil
+}
+
+func (w *writeTx) Delete(b backend.Bucket, key []byte) error {
+	bkt, err := w.bucket(b)
+	if err != nil {
+		if errors.Is(err, backend.ErrTxDone) {
+			return err
+		}
+		return w.fail(err)
+	}
+	if bkt == nil || len(key) == 0 {
+		return nil
+	}
+	if err := bkt.Delete(key); err != nil {
+		return w.fail(fmt.Errorf("bolt delete in bucket %s: %w", b, err))
+	}
+	return nil
+}
