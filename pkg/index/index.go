@@ -71,8 +71,8 @@ func (ti *Index) Tombstone(key []byte, rev Revision) error {
 
 // Restore adds a key whose history before modified was compacted away: its
 // generation was created at created and is at version ver as of modified.
-// It is for rebuilding the index from a compacted backend; the key must not
-// be in the index yet (if it is, Restore falls back to Put).
+// It is for rebuilding the index from a compacted backend in revision order:
+// for a key already in the index it is a Put of modified.
 func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
@@ -82,6 +82,23 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	}
 	ki := newKeyIndex(bytes.Clone(key))
 	ki.restore(created, modified, ver)
+	ti.tree.ReplaceOrInsert(ki)
+}
+
+// RestoreTombstone is Restore for a key whose first revision in the backend
+// is a tombstone (its puts were compacted away): the key is kept, deleted,
+// so that the tombstone is still seen by RangeSince and by compaction. For a
+// key already in the index it is a Tombstone.
+func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	if ki := ti.lookup(key); ki != nil {
+		// ErrRevisionNotFound: already deleted; nothing to end.
+		_ = ki.tombstone(rev)
+		return
+	}
+	ki := newKeyIndex(bytes.Clone(key))
+	ki.restoreTombstone(rev)
 	ti.tree.ReplaceOrInsert(ki)
 }
 
@@ -184,11 +201,12 @@ func (ti *Index) RangeSince(key, end []byte, rev int64) []Revision {
 	return revs
 }
 
-// Compact drops the history at or before rev that no read at rev or later
-// needs: per key, every revision <= rev except the newest one of the
-// generation live at rev, and every generation that ended at or before rev.
-// Keys left without revisions are removed. It returns the revisions <= rev
-// that were kept; the backend may delete every other revision <= rev.
+// Compact drops the history at or before rev that no read or watch at rev or
+// later needs: per key, every revision <= rev except the newest one, which
+// stays if the key is live at rev or if it is a tombstone exactly at rev; and
+// every generation that ended before rev. Keys left without revisions are
+// removed. It returns the revisions <= rev that were kept; the backend may
+// delete every other revision <= rev.
 //
 // Compact holds the write lock per key, not for the whole walk, so it can run
 // beside readers and the writer. Revisions added concurrently must be > rev.
@@ -210,7 +228,8 @@ func (ti *Index) Compact(rev int64) map[Revision]struct{} {
 	return available
 }
 
-// Keep returns the revisions Compact(rev) would keep, without compacting.
+// Keep returns the revisions Compact(rev) would keep, without compacting,
+// leaving out tombstones (as etcd, for HashKV).
 func (ti *Index) Keep(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
 	ti.mu.RLock()

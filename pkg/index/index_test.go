@@ -130,11 +130,20 @@ func TestIndexCompactRemovesDeadKeys(t *testing.T) {
 	keep := ti.Keep(9)
 	avail := ti.Compact(9)
 	want := set(r(5), r(8), r(4))
-	if !reflect.DeepEqual(avail, want) || !reflect.DeepEqual(keep, want) {
-		t.Fatalf("Compact(9) = %v, Keep(9) = %v, want %v", avail, keep, want)
+	if !reflect.DeepEqual(avail, set(r(5), r(8), r(4), r(9))) || !reflect.DeepEqual(keep, want) {
+		t.Fatalf("Compact(9) = %v, Keep(9) = %v, want %v (+ d's tombstone at 9 for Compact)", avail, keep, want)
+	}
+	if n := ti.Len(); n != 4 {
+		t.Fatalf("Len after compaction at d's tombstone = %d, want 4", n)
+	}
+	if got := ti.RangeSince(bs("d"), nil, 9); !reflect.DeepEqual(got, []Revision{r(9)}) {
+		t.Fatalf("RangeSince(d, 9) after compaction = %v, want the tombstone", got)
+	}
+	if avail := ti.Compact(10); !reflect.DeepEqual(avail, want) {
+		t.Fatalf("Compact(10) = %v, want %v", avail, want)
 	}
 	if n := ti.Len(); n != 3 {
-		t.Fatalf("Len after compaction = %d, want 3 (d is gone)", n)
+		t.Fatalf("Len after compacting past d's tombstone = %d, want 3 (d is gone)", n)
 	}
 	if err := ti.check(); err != nil {
 		t.Fatal(err)
@@ -209,7 +218,7 @@ func TestIndexCompactPreservesReads(t *testing.T) {
 			compactAt[0], compactAt[1] = compactAt[1], compactAt[0]
 		}
 		for _, c := range compactAt {
-			want := set()
+			want, wantKept := set(), set()
 			for _, evs := range hist {
 				var last *event
 				for i := range evs {
@@ -220,12 +229,15 @@ func TestIndexCompactPreservesReads(t *testing.T) {
 				if last != nil && !last.tomb {
 					want[last.rev] = struct{}{}
 				}
+				if last != nil && (!last.tomb || last.rev.Main == c) {
+					wantKept[last.rev] = struct{}{}
+				}
 			}
 			if keep := ti.Keep(c); !reflect.DeepEqual(keep, want) {
 				t.Fatalf("iter %d: Keep(%d) = %v, want %v\n%v", iter, c, keep, want, hist)
 			}
-			if avail := ti.Compact(c); !reflect.DeepEqual(avail, want) {
-				t.Fatalf("iter %d: Compact(%d) = %v, want %v", iter, c, avail, want)
+			if avail := ti.Compact(c); !reflect.DeepEqual(avail, wantKept) {
+				t.Fatalf("iter %d: Compact(%d) = %v, want %v", iter, c, avail, wantKept)
 			}
 			if err := ti.check(); err != nil {
 				t.Fatalf("iter %d: after Compact(%d): %v", iter, c, err)
@@ -251,22 +263,12 @@ func TestIndexCompactPreservesReads(t *testing.T) {
 					wsince = append(wsince, e.rev)
 				}
 				// Since at or after the compaction point sees every event.
-				if got := ti.RangeSince(bs(k), nil, c+1); !reflect.DeepEqual(got, trimBelow(wsince, c+1)) {
-					t.Fatalf("iter %d: RangeSince(%s, %d) = %v, want %v", iter, k, c+1, got, trimBelow(wsince, c+1))
+				if got := ti.RangeSince(bs(k), nil, c); !reflect.DeepEqual(got, wsince) {
+					t.Fatalf("iter %d: RangeSince(%s, %d) = %v, want %v", iter, k, c, got, wsince)
 				}
 			}
 		}
 	}
-}
-
-func trimBelow(revs []Revision, main int64) []Revision {
-	var out []Revision
-	for _, rev := range revs {
-		if rev.Main >= main {
-			out = append(out, rev)
-		}
-	}
-	return out
 }
 
 // One writer, one compactor and several readers at once; under -race this
@@ -325,5 +327,34 @@ func TestIndexConcurrentReadersWriterCompactor(t *testing.T) {
 	}
 	if err := ti.check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestIndexRestoreTombstone(t *testing.T) {
+	ti := New()
+	ti.RestoreTombstone(bs("a"), r(5))
+	ti.Restore(bs("b"), r(2), r(4), 3)
+	ti.RestoreTombstone(bs("b"), r(6))
+	if err := ti.check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ti.RangeSince([]byte{0}, []byte{0}, 0); !reflect.DeepEqual(got, []Revision{r(4), r(5), r(6)}) {
+		t.Fatalf("RangeSince = %v, want [4 5 6]", got)
+	}
+	if _, _, _, err := ti.Get(bs("a"), 5); !errors.Is(err, ErrRevisionNotFound) {
+		t.Fatalf("Get of a restored tombstone: %v", err)
+	}
+	if _, created, ver, err := ti.Get(bs("b"), 5); err != nil || created != r(2) || ver != 3 {
+		t.Fatalf("Get(b, 5) = %v %d %v, want created 2 version 3", created, ver, err)
+	}
+	ti.Put(bs("a"), r(7))
+	if mod, created, ver, err := ti.Get(bs("a"), 7); err != nil || mod != r(7) || created != r(7) || ver != 1 {
+		t.Fatalf("Get(a, 7) after re-put = %v %v %d %v", mod, created, ver, err)
+	}
+	if avail := ti.Compact(6); !reflect.DeepEqual(avail, set(r(6))) {
+		t.Fatalf("Compact(6) = %v, want b's tombstone", avail)
+	}
+	if avail := ti.Compact(8); !reflect.DeepEqual(avail, set(r(7))) || ti.Len() != 1 {
+		t.Fatalf("Compact(8) = %v (len %d), want {7} and only a left", avail, ti.Len())
 	}
 }

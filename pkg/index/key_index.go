@@ -68,6 +68,13 @@ func (ki *keyIndex) put(rev Revision) {
 	ki.modified = rev
 }
 
+// restoreTombstone adds the tombstone of a generation whose puts were all
+// compacted away; its create revision is unknown (zero), as in etcd.
+func (ki *keyIndex) restoreTombstone(rev Revision) {
+	ki.restore(Revision{}, rev, 1)
+	ki.generations = append(ki.generations, generation{})
+}
+
 // restore starts a generation whose earlier revisions were compacted away:
 // the key was created at created and is at version ver as of modified.
 func (ki *keyIndex) restore(created, modified Revision, ver int64) {
@@ -159,19 +166,21 @@ func (ki *keyIndex) since(rev int64) []Revision {
 	return revs
 }
 
-// compact removes every revision with Main <= atRev except the newest one,
-// when the key is live at atRev, and drops every generation that ended at or
-// before atRev. The revision it keeps that is <= atRev is added to available.
-// Afterwards get(r) and since(r) answer as before for every r > atRev, and
-// get(atRev) too.
+// compact removes the history no read at atRev or later needs: every
+// revision with Main <= atRev except the newest one, and every generation
+// that ended before atRev. The newest revision <= atRev survives when the key
+// is live at atRev, or when it is a tombstone exactly at atRev (etcd >= 3.5.16
+// keeps it so that a watch from atRev still gets the delete); it is added to
+// available. Afterwards get and since answer as before for every rev >= atRev.
 func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
 	gi, ri, live := ki.locate(atRev)
 	if ri == -1 {
 		return
 	}
-	if live {
-		available[ki.generations[gi].revs[ri]] = struct{}{}
-		ki.generations[gi].revs = ki.generations[gi].revs[ri:]
+	g := &ki.generations[gi]
+	if live || g.revs[ri].Main == atRev {
+		available[g.revs[ri]] = struct{}{}
+		g.revs = g.revs[ri:]
 	} else {
 		gi++
 	}
@@ -181,8 +190,9 @@ func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
 	}
 }
 
-// keep adds to available the revision compact(atRev) would keep, without
-// changing ki.
+// keep adds to available the revision compact(atRev) would keep, except a
+// tombstone: etcd leaves it out so that hashes agree with versions that
+// deleted it.
 func (ki *keyIndex) keep(atRev int64, available map[Revision]struct{}) {
 	if gi, ri, live := ki.locate(atRev); live {
 		available[ki.generations[gi].revs[ri]] = struct{}{}
@@ -195,7 +205,7 @@ func (ki *keyIndex) keep(atRev int64, available map[Revision]struct{}) {
 //
 // etcd instead picks the first generation whose tombstone is >= atRev; the
 // two agree unless one transaction deletes and re-puts a key, where etcd's
-// choice would drop the put that is live at atRev.
+// choice would drop the put that is live at atRev (etcd-io/etcd#22376).
 func (ki *keyIndex) locate(atRev int64) (gi, ri int, live bool) {
 	last := len(ki.generations) - 1
 	for gi = last; gi >= 0; gi-- {
@@ -233,7 +243,8 @@ func (ki *keyIndex) check() error {
 		if g.ver < int64(len(g.revs)) {
 			return fmt.Errorf("key %q: generation %d has version %d < %d revisions", ki.key, i, g.ver, len(g.revs))
 		}
-		if g.created.Main > g.revs[0].Main || (g.ver == int64(len(g.revs)) && g.created.Main != g.revs[0].Main) {
+		unknown := g.created == Revision{}
+		if g.created.Main > g.revs[0].Main || (!unknown && g.ver == int64(len(g.revs)) && g.created.Main != g.revs[0].Main) {
 			return fmt.Errorf("key %q: generation %d created at %v, first revision %v, version %d", ki.key, i, g.created, g.revs[0], g.ver)
 		}
 		for _, r := range g.revs {
