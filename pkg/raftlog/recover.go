@@ -1,0 +1,302 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+)
+
+// replay is the log as rebuilt from WAL records, before a snapshot is
+// chosen.
+type replay struct {
+	// ents are contiguous; ents[0] has index start.
+	ents []*raftpb.Entry
+	// start is the index the log continues from; meaningful once started.
+	start   uint64
+	started bool
+	// reset is the last reset marker, if the log has restarted after it
+	// since (ents begin at reset.index+1).
+	reset    marker
+	hasReset bool
+	hs       *raftpb.HardState
+	// markers maps the index of every snapshot marker seen to its term.
+	markers map[uint64]uint64
+}
+
+func (r *replay) lastIndex() uint64 {
+	return r.start + uint64(len(r.ents)) - 1
+}
+
+func (r *replay) addEntry(e *raftpb.Entry) error {
+	idx := e.GetIndex()
+	switch {
+	case !r.started || idx < r.start:
+		// The entry replaces everything from idx on; what precedes it is
+		// not in the WAL, which the snapshot coverage check catches.
+		r.ents = append(r.ents[:0:0], e)
+		r.start, r.started, r.hasReset = idx, true, false
+	case idx > r.start+uint64(len(r.ents)):
+		return fmt.Errorf("entry index %d leaves a gap after %d", idx, r.lastIndex())
+	default:
+		r.ents = append(r.ents[:idx-r.start], e)
+	}
+	return nil
+}
+
+func (r *replay) addMarker(m marker) {
+	r.markers[m.index] = m.term
+	if m.kind == markerReset {
+		r.ents = nil
+		r.start, r.started = m.index+1, true
+		r.reset, r.hasReset = m, true
+	}
+}
+
+// covers checks that the replayed log continues the snapshot at (index,
+// term) without a hole or a disagreeing entry.
+func (r *replay) covers(index, term uint64) error {
+	if !r.started {
+		return nil
+	}
+	if r.start > index+1 {
+		return fmt.Errorf("wal entries start at index %d, after snapshot index %d", r.start, index)
+	}
+	if index >= r.start {
+		if index > r.lastIndex() {
+			return fmt.Errorf("snapshot index %d beyond last wal index %d", index, r.lastIndex())
+		}
+		if t := r.ents[index-r.start].GetTerm(); t != term {
+			return fmt.Errorf("snapshot at index %d has term %d, wal entry has term %d", index, term, t)
+		}
+		return nil
+	}
+	if r.hasReset && r.reset.index == index && r.reset.term != term {
+		return fmt.Errorf("snapshot at index %d has term %d, wal marker has term %d", index, term, r.reset.term)
+	}
+	return nil
+}
+
+// recover replays segs, picks the snapshot to start from and sets up the
+// Storage view and the writer state.
+func (l *Log) recover(segs []segment) error {
+	r := &replay{markers: map[uint64]uint64{}}
+	for i := range segs {
+		keep, err := l.replaySegment(&segs[i], r, i == len(segs)-1)
+		if err != nil {
+			return err
+		}
+		if !keep {
+			segs = segs[:i]
+			break
+		}
+	}
+
+	snap, err := l.chooseSnapshot(r)
+	if err != nil {
+		return err
+	}
+	st := newStorage()
+	if snap != nil {
+		md := snap.GetMetadata()
+		st.snap = snap
+		st.ents = []*raftpb.Entry{dummyEntry(md.GetIndex(), md.GetTerm())}
+		if r.started && md.GetIndex()+1 >= r.start {
+			st.ents = append(st.ents, r.ents[md.GetIndex()+1-r.start:]...)
+		}
+	} else {
+		if r.started && r.start != 1 {
+			return fmt.Errorf("%w: wal begins at index %d but there is no usable snapshot before it", ErrCorrupt, r.start)
+		}
+		st.ents = append(st.ents, r.ents...)
+	}
+	hs := r.hs
+	if hs == nil {
+		hs = &raftpb.HardState{}
+	}
+	snapIndex, snapTerm := st.ents[0].GetIndex(), st.ents[0].GetTerm()
+	if hs.GetCommit() < snapIndex {
+		// The snapshot's index was applied, so it is committed; raft
+		// requires the commit index to cover the snapshot. This happens when
+		// the snapshot was taken before the hard state that carried its
+		// commit index reached the WAL.
+		hs = proto.Clone(hs).(*raftpb.HardState)
+		hs.Commit = new(snapIndex)
+	}
+	if hs.GetCommit() > st.lastIndex() {
+		return fmt.Errorf("%w: hard state commit %d beyond last index %d", ErrCorrupt, hs.GetCommit(), st.lastIndex())
+	}
+	st.hs = hs
+
+	l.st = st
+	// A WAL whose only segment never got its header onto disk held nothing
+	// durable: the member is as new as one without a WAL.
+	l.isNew = len(segs) == 0 && snap == nil
+	l.segs = segs
+	l.hs = hs
+	l.lastIndex = st.lastIndex()
+	l.snapIndex, l.snapTerm = snapIndex, snapTerm
+	if len(segs) > 0 {
+		last := segs[len(segs)-1]
+		path := filepath.Join(l.dir, last.name)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("open wal segment %s for append: %w", path, err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("stat wal segment %s: %w", path, err)
+		}
+		l.f, l.size = f, fi.Size()
+	}
+	l.lg.Info("recovered raft log",
+		zap.String("dir", l.dir),
+		zap.Int("segments", len(segs)),
+		zap.Uint64("snapshot-index", snapIndex),
+		zap.Uint64("first-index", snapIndex+1),
+		zap.Uint64("last-index", l.lastIndex),
+		zap.Uint64("term", hs.GetTerm()),
+		zap.Uint64("commit", hs.GetCommit()))
+	return nil
+}
+
+// replaySegment feeds the records of seg into r and fills in seg's
+// bookkeeping. A torn tail of the last segment is cut off; if nothing of the
+// last segment survives (not even its header) the file is removed and keep
+// is false.
+func (l *Log) replaySegment(seg *segment, r *replay, last bool) (keep bool, err error) {
+	path := filepath.Join(l.dir, seg.name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("read wal segment %s: %w", path, err)
+	}
+	first := true
+	res, err := scanRecords(data, last, func(off int64, typ byte, p []byte) error {
+		if first != (typ == recSegmentHeader) {
+			return fmt.Errorf("%w: record type %d at offset %d: segment header must come first and only once", ErrCorrupt, typ, off)
+		}
+		switch typ {
+		case recSegmentHeader:
+			first = false
+			h, err := decodeSegmentHeader(p)
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrCorrupt, err)
+			}
+			if h.seq != seg.seq || h.firstIndex != seg.firstIndex {
+				return fmt.Errorf("%w: segment header says seq %d first index %d, name says seq %d first index %d",
+					ErrCorrupt, h.seq, h.firstIndex, seg.seq, seg.firstIndex)
+			}
+		case recEntry:
+			e := &raftpb.Entry{}
+			if err := proto.Unmarshal(p, e); err != nil {
+				return fmt.Errorf("%w: entry at offset %d: %v", ErrCorrupt, off, err)
+			}
+			if err := r.addEntry(e); err != nil {
+				return fmt.Errorf("%w: entry at offset %d: %v", ErrCorrupt, off, err)
+			}
+			seg.maxEntry = max(seg.maxEntry, e.GetIndex())
+		case recHardState:
+			hs := &raftpb.HardState{}
+			if err := proto.Unmarshal(p, hs); err != nil {
+				return fmt.Errorf("%w: hard state at offset %d: %v", ErrCorrupt, off, err)
+			}
+			r.hs = hs
+		case recSnapshot:
+			m, err := decodeMarker(p)
+			if err != nil {
+				return fmt.Errorf("%w: snapshot marker at offset %d: %v", ErrCorrupt, off, err)
+			}
+			r.addMarker(m)
+			seg.maxMarker = max(seg.maxMarker, m.index)
+		default:
+			return fmt.Errorf("%w: unknown record type %d at offset %d", ErrCorrupt, typ, off)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("wal segment %s: %w", path, err)
+	}
+	if !res.torn && first {
+		if !last {
+			return false, fmt.Errorf("wal segment %s: %w: no segment header", path, ErrCorrupt)
+		}
+		res.torn, res.tornReason = true, "empty segment"
+	}
+	if !res.torn {
+		return true, nil
+	}
+	if first {
+		// Not even the header made it: the segment never held anything
+		// durable.
+		l.lg.Warn("removing torn wal segment", zap.String("segment", path), zap.String("reason", res.tornReason))
+		if err := os.Remove(path); err != nil {
+			return false, fmt.Errorf("remove torn wal segment %s: %w", path, err)
+		}
+		if err := syncDir(l.dir); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	l.lg.Warn("truncating torn wal tail",
+		zap.String("segment", path),
+		zap.Int64("offset", res.validEnd),
+		zap.Int64("dropped-bytes", int64(len(data))-res.validEnd),
+		zap.String("reason", res.tornReason))
+	if err := truncateFile(path, res.validEnd); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func truncateFile(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open wal segment %s to truncate: %w", path, err)
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("truncate wal segment %s at %d: %w", path, size, err)
+	}
+	return nil
+}
+
+// chooseSnapshot returns the newest snapshot file that a WAL marker
+// acknowledges, that is intact, and that the replayed log continues; nil if
+// there is none. A damaged file is skipped with a warning; an intact one the
+// log does not continue is corruption.
+func (l *Log) chooseSnapshot(r *replay) (*raftpb.Snapshot, error) {
+	files, err := listSnapFiles(l.snapDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, sf := range files {
+		if term, ok := r.markers[sf.index]; !ok || term != sf.term {
+			l.lg.Info("ignoring snapshot file without wal marker", zap.String("file", sf.name))
+			continue
+		}
+		snap, err := readSnapFile(l.snapDir, sf)
+		if errors.Is(err, ErrCorrupt) {
+			l.lg.Warn("skipping damaged snapshot file", zap.String("file", sf.name), zap.Error(err))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := r.covers(sf.index, sf.term); err != nil {
+			return nil, fmt.Errorf("%w: snapshot %s: %v", ErrCorrupt, filepath.Join(l.snapDir, sf.name), err)
+		}
+		return snap, nil
+	}
+	return nil, nil
+}
