@@ -1,0 +1,201 @@
+package mvcc
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/index"
+)
+
+// Compact compacts the store at rev: reads below rev fail with ErrCompacted
+// once the batch is applied, and the history they would need is deleted.
+//
+// It returns ErrCompacted if rev <= CompactRev (with a channel that closes
+// when the compactions scheduled before are done, as etcd's barrier), and
+// ErrFutureRev if rev > the batch's revision. Otherwise it records
+// scheduledCompactRev in this batch, and once the batch is applied the
+// compactor compacts the index and deletes the compacted revisions from the
+// backend in chunks, each its own backend.Update, so writes are never stalled
+// for long; the returned channel closes when that is done and
+// finishedCompactRev is written. If the member stops before, Open resumes it.
+func (b *Batch) Compact(rev int64) (<-chan struct{}, error) {
+	if rev <= b.compactRev {
+		barrier := &compactJob{barrier: true, done: make(chan struct{})}
+		b.compactions = append(b.compactions, barrier)
+		return barrier.done, ErrCompacted
+	}
+	if rev > b.rev {
+		return nil, ErrFutureRev
+	}
+	b.put(backend.Meta, metaScheduledCompact, revToBytes(index.Revision{Main: rev}, false))
+	b.compactRev = rev
+	job := &compactJob{rev: rev, done: make(chan struct{})}
+	b.compactions = append(b.compactions, job)
+	return job.done, nil
+}
+
+// compactJob is one compaction for the compactor, or a barrier that only
+// marks the point in its queue.
+type compactJob struct {
+	rev     int64
+	barrier bool
+	done    chan struct{}
+}
+
+// compactor runs compactions in the order they were applied, on its own
+// goroutine.
+type compactor struct {
+	s     *Store
+	limit int // revisions scanned per backend.Update
+
+	mu    sync.Mutex
+	queue []*compactJob
+
+	wake  chan struct{}
+	stopc chan struct{}
+	donec chan struct{}
+
+	// afterChunk, when set (tests), is called after each committed chunk.
+	afterChunk func(rev int64)
+}
+
+func (c *compactor) init(s *Store, limit int) {
+	c.s = s
+	c.limit = limit
+	c.wake = make(chan struct{}, 1)
+	c.stopc = make(chan struct{})
+	c.donec = make(chan struct{})
+}
+
+// enqueue hands jobs to the compactor without blocking.
+func (c *compactor) enqueue(jobs []*compactJob) {
+	c.mu.Lock()
+	c.queue = append(c.queue, jobs...)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *compactor) stop() {
+	close(c.stopc)
+	<-c.donec
+}
+
+func (c *compactor) stopped() bool {
+	select {
+	case <-c.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *compactor) run() {
+	defer close(c.donec)
+	for {
+		c.mu.Lock()
+		var job *compactJob
+		if len(c.queue) > 0 {
+			job = c.queue[0]
+			c.queue = c.queue[1:]
+		}
+		c.mu.Unlock()
+		if job == nil {
+			select {
+			case <-c.wake:
+				continue
+			case <-c.stopc:
+				return
+			}
+		}
+		if c.stopped() {
+			return
+		}
+		if job.barrier {
+			close(job.done)
+			continue
+		}
+		if err := c.compact(job.rev); err != nil {
+			if err != errCompactorStopped {
+				// The backend failed; the next Open resumes the compaction.
+				c.s.lg.Error("compaction failed", zap.Int64("revision", job.rev), zap.Error(err))
+			}
+			return
+		}
+		close(job.done)
+	}
+}
+
+var errCompactorStopped = fmt.Errorf("mvcc compactor stopped")
+
+// compact compacts the index at rev and deletes from the Key bucket every
+// revision <= rev that the index no longer holds.
+func (c *compactor) compact(rev int64) error {
+	lg := c.s.lg
+	keep := c.s.idx.Compact(rev)
+	start := revToBytes(index.Revision{}, false)
+	end := revToBytes(index.Revision{Main: rev + 1}, false)
+	deleted := 0
+	for {
+		if c.stopped() {
+			return errCompactorStopped
+		}
+		var next []byte
+		var n int
+		err := c.s.be.Update(func(tx backend.WriteTx) error {
+			var dels [][]byte
+			var last []byte
+			n = 0
+			var decodeErr error
+			err := tx.Range(backend.Key, start, end, c.limit, func(k, _ []byte) bool {
+				n++
+				r, _, err := bytesToRev(k)
+				if err != nil {
+					decodeErr = err
+					return false
+				}
+				if _, ok := keep[r]; !ok {
+					dels = append(dels, bytes.Clone(k))
+				}
+				last = k
+				return true
+			})
+			if err == nil {
+				err = decodeErr
+			}
+			if err != nil {
+				return fmt.Errorf("scan revisions from %x: %w", start, err)
+			}
+			if n == c.limit {
+				next = append(bytes.Clone(last), 0)
+			}
+			for _, k := range dels {
+				if err := tx.Delete(backend.Key, k); err != nil {
+					return fmt.Errorf("delete revision %x: %w", k, err)
+				}
+			}
+			deleted += len(dels)
+			if next == nil {
+				return tx.Put(backend.Meta, metaFinishedCompact, revToBytes(index.Revision{Main: rev}, false))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("compact at %d: %w", rev, err)
+		}
+		if c.afterChunk != nil {
+			c.afterChunk(rev)
+		}
+		if next == nil {
+			lg.Info("finished compaction", zap.Int64("revision", rev), zap.Int("deleted", deleted))
+			return nil
+		}
+		start = next
+	}
+}

@@ -1,0 +1,77 @@
+package mvcc
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kvd-dev/kvd/pkg/index"
+)
+
+// Backend layout, etcd's:
+//
+// Bucket backend.Key maps a revision to the KeyValue written at it. The key
+// is 8-byte big-endian main, '_', 8-byte big-endian sub, plus a trailing 't'
+// for a tombstone; byte order is revision order. A put stores the marshaled
+// mvccpb.KeyValue; a tombstone stores a KeyValue with only Key set.
+//
+// Bucket backend.Meta holds:
+//   - consistent_index, consistent_term: 8-byte big-endian, the raft index and
+//     term of the last entry applied, committed with the data it produced;
+//   - scheduledCompactRev, finishedCompactRev: a revision key (main, sub 0) as
+//     above. scheduled > finished means a physical compaction is unfinished.
+const (
+	revBytesLen       = 8 + 1 + 8
+	markedRevBytesLen = revBytesLen + 1
+	markTombstone     = 't'
+)
+
+var (
+	metaConsistentIndex  = []byte("consistent_index")
+	metaConsistentTerm   = []byte("consistent_term")
+	metaScheduledCompact = []byte("scheduledCompactRev")
+	metaFinishedCompact  = []byte("finishedCompactRev")
+)
+
+// revToBytes encodes rev as a Key bucket key, with the tombstone mark if tomb.
+func revToBytes(rev index.Revision, tomb bool) []byte {
+	n := revBytesLen
+	if tomb {
+		n = markedRevBytesLen
+	}
+	b := make([]byte, n)
+	binary.BigEndian.PutUint64(b, uint64(rev.Main))
+	b[8] = '_'
+	binary.BigEndian.PutUint64(b[9:], uint64(rev.Sub))
+	if tomb {
+		b[revBytesLen] = markTombstone
+	}
+	return b
+}
+
+// bytesToRev decodes a Key bucket key.
+func bytesToRev(b []byte) (rev index.Revision, tomb bool, err error) {
+	switch {
+	case len(b) == revBytesLen:
+	case len(b) == markedRevBytesLen && b[revBytesLen] == markTombstone:
+		tomb = true
+	default:
+		return index.Revision{}, false, fmt.Errorf("decode revision key %x: bad length or mark", b)
+	}
+	if b[8] != '_' {
+		return index.Revision{}, false, fmt.Errorf("decode revision key %x: missing separator", b)
+	}
+	rev.Main = int64(binary.BigEndian.Uint64(b))
+	rev.Sub = int64(binary.BigEndian.Uint64(b[9:]))
+	return rev, tomb, nil
+}
+
+func uint64Bytes(v uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, v)
+}
+
+func bytesToUint64(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("decode uint64: %d bytes, want 8", len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}

@@ -1,0 +1,226 @@
+// Package mvcc is kvd's multi-version store, etcd's data model: every write
+// transaction that changes something gets the next revision; each key's
+// history is a list of generations in the index (pkg/index); each revision's
+// KeyValue lives in the backend under the revision (see layout.go).
+// Compaction forgets history below a revision without changing any read at or
+// above it.
+//
+// Roles: one applier goroutine writes, through Apply; any number of
+// goroutines read, through Read and HashByRev; a compactor goroutine owned by
+// the Store deletes compacted revisions from the backend in the background.
+package mvcc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/index"
+)
+
+// Errors returned by reads and compaction; their text is etcd's (the API
+// layer prefixes "etcdserver: " on the wire, as etcd does).
+var (
+	ErrCompacted = errors.New("mvcc: required revision has been compacted")
+	ErrFutureRev = errors.New("mvcc: required revision is a future revision")
+)
+
+// ErrStoreFailed wraps the error of an Apply that failed: the index may then
+// hold writes the backend does not, so the store refuses further writes and
+// the member must stop and recover from the WAL.
+var ErrStoreFailed = errors.New("mvcc: store failed")
+
+const defaultCompactBatchLimit = 1000
+
+// Store is the MVCC store over a backend.
+type Store struct {
+	be  backend.Backend
+	idx *index.Index
+	lg  *zap.Logger
+
+	// rev is the newest revision readers may see: every write <= rev is
+	// committed in the backend. Written by the applier after a commit.
+	rev atomic.Int64
+
+	consistentIndex atomic.Uint64
+	consistentTerm  atomic.Uint64
+
+	// mu orders reads against compaction: a ReadTxn holds mu.RLock for its
+	// life, and publishing a new compactRev takes mu.Lock, so a read never
+	// runs below a compaction that started after it checked compactRev.
+	mu sync.RWMutex
+	// compactRev is the revision of the last compaction (-1: never). Reads
+	// at a revision < compactRev fail with ErrCompacted. Written under mu
+	// by the applier (and by Open); readers read it under mu.RLock, the
+	// applier reads it without lock.
+	compactRev int64
+
+	// applyMu serialises Apply. failed is set, under applyMu, when an Apply
+	// failed; the store refuses writes afterwards.
+	applyMu sync.Mutex
+	failed  error
+
+	compactor compactor
+	closeOnce sync.Once
+}
+
+// Open opens the store kept in be: it reads the consistent index and the
+// compaction marks from Meta, rebuilds the index from the Key bucket, and
+// resumes a physical compaction that was scheduled but not finished. be stays
+// owned by the caller, who closes it after Store.Close. lg may be nil.
+func Open(be backend.Backend, lg *zap.Logger) (*Store, error) {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	s := &Store{be: be, idx: index.New(), lg: lg, compactRev: -1}
+	s.compactor.init(s, defaultCompactBatchLimit)
+
+	scheduled, err := s.restore()
+	if err != nil {
+		return nil, err
+	}
+	go s.compactor.run()
+	if scheduled > 0 {
+		lg.Info("resuming unfinished compaction", zap.Int64("revision", scheduled))
+		s.compactRev = scheduled
+		s.compactor.enqueue([]*compactJob{{rev: scheduled, done: make(chan struct{})}})
+	}
+	return s, nil
+}
+
+// restore loads the meta values and the index. It returns the revision of an
+// unfinished compaction, or 0.
+func (s *Store) restore() (scheduled int64, err error) {
+	tx, err := s.be.ReadTx()
+	if err != nil {
+		return 0, fmt.Errorf("open mvcc store: read tx: %w", err)
+	}
+	defer tx.Release()
+
+	for _, m := range []struct {
+		key []byte
+		dst *atomic.Uint64
+	}{{metaConsistentIndex, &s.consistentIndex}, {metaConsistentTerm, &s.consistentTerm}} {
+		v, ok, err := tx.Get(backend.Meta, m.key)
+		if err != nil {
+			return 0, fmt.Errorf("open mvcc store: read meta %s: %w", m.key, err)
+		}
+		if !ok {
+			continue
+		}
+		n, err := bytesToUint64(v)
+		if err != nil {
+			return 0, fmt.Errorf("open mvcc store: meta %s: %w", m.key, err)
+		}
+		m.dst.Store(n)
+	}
+	finished, err := readCompactMark(tx, metaFinishedCompact)
+	if err != nil {
+		return 0, err
+	}
+	scheduled, err = readCompactMark(tx, metaScheduledCompact)
+	if err != nil {
+		return 0, err
+	}
+	if finished >= 0 {
+		s.compactRev = finished
+	}
+	if scheduled <= s.compactRev {
+		scheduled = 0
+	}
+
+	// The bucket is in revision order, so each key's revisions arrive in
+	// order. A key's first revision may follow compacted ones: the KeyValue
+	// carries the generation's create revision and version. A tombstone
+	// first is one compaction kept (at the compaction revision) or one an
+	// unfinished compaction has not reached yet; it is restored as a deleted
+	// key so watches and the resumed compaction see it, as etcd does.
+	current := int64(1)
+	var kv mvccpb.KeyValue
+	var rangeErr error
+	err = tx.Range(backend.Key, nil, nil, 0, func(k, v []byte) bool {
+		rev, tomb, err := bytesToRev(k)
+		if err != nil {
+			rangeErr = err
+			return false
+		}
+		kv.Reset()
+		if err := proto.Unmarshal(v, &kv); err != nil {
+			rangeErr = fmt.Errorf("unmarshal key value at %v: %w", rev, err)
+			return false
+		}
+		current = max(current, rev.Main)
+		switch {
+		case tomb:
+			s.idx.RestoreTombstone(kv.Key, rev)
+		default:
+			// Restore appends a put when the key is already indexed.
+			s.idx.Restore(kv.Key, index.Revision{Main: kv.CreateRevision}, rev, kv.Version)
+		}
+		return true
+	})
+	if err == nil {
+		err = rangeErr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("open mvcc store: rebuild index: %w", err)
+	}
+	// Compaction may have deleted every revision up to the compaction point,
+	// which is then the newest revision known.
+	current = max(current, s.compactRev, scheduled)
+	s.rev.Store(current)
+	s.lg.Info("opened mvcc store",
+		zap.Int64("revision", current),
+		zap.Int64("compact-revision", s.compactRev),
+		zap.Uint64("consistent-index", s.consistentIndex.Load()),
+		zap.Int("keys", s.idx.Len()))
+	return scheduled, nil
+}
+
+func readCompactMark(tx backend.ReadTx, key []byte) (int64, error) {
+	v, ok, err := tx.Get(backend.Meta, key)
+	if err != nil {
+		return 0, fmt.Errorf("open mvcc store: read meta %s: %w", key, err)
+	}
+	if !ok {
+		return -1, nil
+	}
+	rev, _, err := bytesToRev(v)
+	if err != nil {
+		return 0, fmt.Errorf("open mvcc store: meta %s: %w", key, err)
+	}
+	return rev.Main, nil
+}
+
+// Rev returns the newest revision visible to readers. A fresh store is at
+// revision 1, as etcd.
+func (s *Store) Rev() int64 { return s.rev.Load() }
+
+// CompactRev returns the revision of the last compaction, -1 if the store
+// was never compacted (etcd reports the same in HashKV's compact_revision).
+func (s *Store) CompactRev() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.compactRev
+}
+
+// ConsistentIndex returns the raft index of the last entry applied (0 on a
+// fresh store).
+func (s *Store) ConsistentIndex() uint64 { return s.consistentIndex.Load() }
+
+// ConsistentTerm returns the raft term stored with ConsistentIndex.
+func (s *Store) ConsistentTerm() uint64 { return s.consistentTerm.Load() }
+
+// Close stops the background compactor, waiting for the chunk it is deleting;
+// an unfinished compaction resumes at the next Open. The store must not be
+// used afterwards. It does not close the backend.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.compactor.stop)
+	return nil
+}

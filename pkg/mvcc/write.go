@@ -1,0 +1,227 @@
+package mvcc
+
+import (
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/index"
+)
+
+// Batch is one backend write transaction holding the effects of several raft
+// entries. It is only valid inside the Apply callback, on its goroutine.
+type Batch struct {
+	s  *Store
+	tx backend.WriteTx
+	// rev is the store revision including the transactions ended in this
+	// batch; it is published when the batch commits.
+	rev int64
+	// compactRev is the store's compactRev raised by compactions in this
+	// batch; writes in the batch read against it.
+	compactRev int64
+	// compactions holds the jobs (and barriers) to hand to the compactor
+	// once the batch commits, in order.
+	compactions []*compactJob
+	ci, term    uint64
+	setCI       bool
+	open        *TxnWrite
+	// err is the first backend or encoding error of a write; it fails the
+	// batch.
+	err error
+}
+
+// Apply runs fn in one backend write transaction: the applier's transaction
+// for a batch of raft entries. If fn returns nil the batch is committed and
+// then its revisions, consistent index and compactions are published to
+// readers; until then readers see none of it.
+//
+// An error (from fn, a write, or the commit) rolls the backend back but
+// leaves the index holding the batch's writes, so it is fatal for the member:
+// the store fails every later Apply with ErrStoreFailed and the member must
+// stop and restart, replaying the WAL from the consistent index.
+func (s *Store) Apply(fn func(b *Batch) error) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if s.failed != nil {
+		return fmt.Errorf("%w: %w", ErrStoreFailed, s.failed)
+	}
+	b := &Batch{s: s, rev: s.rev.Load(), compactRev: s.compactRev}
+	err := s.be.Update(func(tx backend.WriteTx) error {
+		b.tx = tx
+		defer func() { b.tx = nil }()
+		if err := fn(b); err != nil {
+			return err
+		}
+		if b.open != nil {
+			return errors.New("write txn not ended")
+		}
+		return b.err
+	})
+	if err != nil {
+		s.failed = err
+		return fmt.Errorf("mvcc apply batch at revision %d: %w", b.rev, err)
+	}
+	s.rev.Store(b.rev)
+	if b.setCI {
+		s.consistentIndex.Store(b.ci)
+		s.consistentTerm.Store(b.term)
+	}
+	if b.compactRev != s.compactRev {
+		// Waits for open read views: none of them may run while the index
+		// below the new compaction revision is being removed.
+		s.mu.Lock()
+		s.compactRev = b.compactRev
+		s.mu.Unlock()
+	}
+	if len(b.compactions) > 0 {
+		s.compactor.enqueue(b.compactions)
+	}
+	return nil
+}
+
+// Rev returns the store revision including the write transactions already
+// ended in this batch.
+func (b *Batch) Rev() int64 { return b.rev }
+
+// SetConsistentIndex records, in this batch, the raft index and term of the
+// last entry it applies.
+func (b *Batch) SetConsistentIndex(index, term uint64) {
+	b.put(backend.Meta, metaConsistentIndex, uint64Bytes(index))
+	b.put(backend.Meta, metaConsistentTerm, uint64Bytes(term))
+	b.ci, b.term, b.setCI = index, term, true
+}
+
+func (b *Batch) put(bucket backend.Bucket, key, value []byte) {
+	if b.err != nil {
+		return
+	}
+	if err := b.tx.Put(bucket, key, value); err != nil {
+		b.err = fmt.Errorf("put %s/%x: %w", bucket, key, err)
+	}
+}
+
+// Write opens a write transaction: one client request, one revision if it
+// writes anything. Only one may be open in a batch at a time.
+func (b *Batch) Write() *TxnWrite {
+	if b.open != nil {
+		panic("mvcc: Write while another write txn of the batch is open")
+	}
+	t := &TxnWrite{b: b, beginRev: b.rev}
+	b.open = t
+	return t
+}
+
+// TxnWrite is one write transaction. Its reads see the batch's earlier
+// transactions and its own writes. Keys and values handed to it must not be
+// modified until the batch is applied.
+type TxnWrite struct {
+	b        *Batch
+	beginRev int64
+	events   []*mvccpb.Event
+	ended    bool
+}
+
+// Rev returns the revision this transaction's reads see: the store revision
+// when it began, or, once it has written, the revision it writes at. After
+// the last operation it is the revision for the response header.
+func (t *TxnWrite) Rev() int64 {
+	if len(t.events) > 0 {
+		return t.beginRev + 1
+	}
+	return t.beginRev
+}
+
+// Range implements Reader.
+func (t *TxnWrite) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) {
+	t.check()
+	return rangeKeys(t.b.s.idx, t.b.tx, key, end, t.Rev(), t.b.compactRev, ro)
+}
+
+// Put writes key = value, attached to lease (0: none), at the transaction's
+// revision (begin revision + 1; a second write in the same transaction gets
+// the next sub revision) and returns that main revision. The version is
+// the key's version plus one, or 1 (with create revision = this revision)
+// when the key does not exist.
+func (t *TxnWrite) Put(key, value []byte, lease int64) int64 {
+	t.check()
+	rev := t.beginRev + 1
+	created, ver := rev, int64(0)
+	if _, c, v, err := t.b.s.idx.Get(key, rev); err == nil {
+		created, ver = c.Main, v
+	}
+	idxRev := index.Revision{Main: rev, Sub: int64(len(t.events))}
+	kv := &mvccpb.KeyValue{
+		Key:            key,
+		Value:          value,
+		CreateRevision: created,
+		ModRevision:    rev,
+		Version:        ver + 1,
+		Lease:          lease,
+	}
+	d, err := proto.Marshal(kv)
+	if err != nil && t.b.err == nil {
+		t.b.err = fmt.Errorf("marshal key value %q: %w", key, err)
+	}
+	t.b.put(backend.Key, revToBytes(idxRev, false), d)
+	t.b.s.idx.Put(key, idxRev)
+	t.events = append(t.events, &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: kv})
+	return rev
+}
+
+// DeleteRange deletes the keys live in the range (ends as in Range) by
+// writing tombstones. It returns how many keys it deleted and the revision of
+// the transaction after it (the begin revision if nothing was written).
+func (t *TxnWrite) DeleteRange(key, end []byte) (n, rev int64) {
+	t.check()
+	keys, _, _ := t.b.s.idx.Range(key, end, t.Rev(), 0)
+	for _, k := range keys {
+		t.delete(k)
+	}
+	return int64(len(keys)), t.Rev()
+}
+
+func (t *TxnWrite) delete(key []byte) {
+	rev := t.beginRev + 1
+	idxRev := index.Revision{Main: rev, Sub: int64(len(t.events))}
+	d, err := proto.Marshal(&mvccpb.KeyValue{Key: key})
+	if err != nil && t.b.err == nil {
+		t.b.err = fmt.Errorf("marshal tombstone %q: %w", key, err)
+	}
+	t.b.put(backend.Key, revToBytes(idxRev, true), d)
+	if err := t.b.s.idx.Tombstone(key, idxRev); err != nil && t.b.err == nil {
+		t.b.err = fmt.Errorf("tombstone %q at %v: %w", key, idxRev, err)
+	}
+	t.events = append(t.events, &mvccpb.Event{
+		Type: mvccpb.Event_DELETE,
+		Kv:   &mvccpb.KeyValue{Key: key, ModRevision: rev},
+	})
+}
+
+// Events returns the changes of this transaction in order, as watchers get
+// them: PUT with the full KeyValue, DELETE with Key and ModRevision set.
+// The caller must not modify them.
+func (t *TxnWrite) Events() []*mvccpb.Event { return t.events }
+
+// End closes the transaction; if it wrote, the batch moves to its revision.
+func (t *TxnWrite) End() {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	if len(t.events) > 0 {
+		t.b.rev++
+	}
+	t.b.open = nil
+}
+
+func (t *TxnWrite) check() {
+	if t.ended {
+		panic("mvcc: use of an ended write txn")
+	}
+	if t.b.tx == nil {
+		panic("mvcc: use of a write txn outside its Apply")
+	}
+}
