@@ -13,7 +13,8 @@ import (
 
 func TestOpenFreshAndRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	l := openLog(t, dir, testOpts{})
+	o := testOpts{sync: true, segmentSize: 256}
+	l := openLog(t, dir, o)
 	if !l.IsNew() {
 		t.Fatal("IsNew() = false on an empty dir")
 	}
@@ -33,7 +34,7 @@ func TestOpenFreshAndRoundTrip(t *testing.T) {
 		t.Fatalf("view before reopen = %+v", want)
 	}
 
-	l = reopen(t, l, dir, testOpts{})
+	l = reopen(t, l, dir, o)
 	defer l.Close()
 	if l.IsNew() {
 		t.Fatal("IsNew() = true after writes")
@@ -48,7 +49,7 @@ func TestOpenFreshAndRoundTrip(t *testing.T) {
 	// Appending after recovery lands after the recovered records.
 	mustSave(t, l, hardState(2, 0, 5), ents(5, 6, 2), nil)
 	want = viewOf(t, l.Storage())
-	l = reopen(t, l, dir, testOpts{})
+	l = reopen(t, l, dir, o)
 	defer l.Close()
 	if got := viewOf(t, l.Storage()); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after second reopen\n got %+v\nwant %+v", got, want)
@@ -260,7 +261,7 @@ func TestSaveSnapshotReset(t *testing.T) {
 
 func TestSnapshotTruncatesWAL(t *testing.T) {
 	dir := t.TempDir()
-	o := testOpts{segmentSize: 400}
+	o := testOpts{segmentSize: 400, sync: true}
 	l := openLog(t, dir, o)
 	for i := uint64(1); i <= 200; i += 4 {
 		mustSave(t, l, hardState(2, 1, i+3), ents(i, i+3, 2), nil)

@@ -139,13 +139,6 @@ func (s *Storage) Snapshot() (*raftpb.Snapshot, error) {
 	return proto.Clone(s.snap).(*raftpb.Snapshot), nil
 }
 
-// snapshotIndexTerm returns the index and term of the latest snapshot.
-func (s *Storage) snapshotIndexTerm() (uint64, uint64) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.ents[0].GetIndex(), s.ents[0].GetTerm()
-}
-
 // applySave installs what one Save made durable. The caller has checked that
 // ents (after snap, if any) are contiguous and attach to the log.
 func (s *Storage) applySave(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.HardState) {
