@@ -1,0 +1,422 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// StartTimeout bounds how long a process may take to become ready.
+const StartTimeout = 60 * time.Second
+
+// StopTimeout bounds how long a SIGTERM'd process may take to exit.
+const StopTimeout = 30 * time.Second
+
+// Options configures one member process.
+type Options struct {
+	// Engine is kvd's storage engine ("bolt" or "badger"), passed as
+	// --backend. Ignored when the process is etcd.
+	Engine string
+	// Name is the member name; "e2e" when empty.
+	Name string
+	// DataDir is the member's data directory; a fresh t.TempDir() when empty.
+	DataDir string
+	// Args are extra flags appended to the command line.
+	Args []string
+}
+
+// Process is one running (or stopped) member. Its methods must be called
+// from the test goroutine, except Endpoint, Kill and Exited, which are safe
+// from any goroutine.
+type Process struct {
+	t       testing.TB
+	label   string // "kvd", "etcd" or "kvd(etcd)"
+	bin     string
+	args    []string
+	dataDir string
+	logDir  string
+	client  string // client URL
+	isEtcd  bool
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the current cmd has exited
+	werr error         // cmd.Wait's result, valid after done is closed
+	runs int           // number of starts, names the log files
+	logs []string      // log files of every run, oldest first
+}
+
+// StartKVD starts the server under test: kvd, or etcd when KVD_E2E_SERVER=etcd.
+// The process is stopped and its logs shown (on failure) in t.Cleanup.
+func StartKVD(t testing.TB, opts Options) *Process {
+	t.Helper()
+	if Kind() == KindEtcd {
+		return start(t, "kvd(etcd)", EtcdBinary(t), true, opts)
+	}
+	if opts.Engine == "" {
+		t.Fatalf("StartKVD: Options.Engine is required")
+	}
+	return start(t, "kvd", KVDBinary(t), false, opts)
+}
+
+// StartEtcd starts a reference etcd v3.7.3 member.
+func StartEtcd(t testing.TB, opts Options) *Process {
+	t.Helper()
+	return start(t, "etcd", EtcdBinary(t), true, opts)
+}
+
+func start(t testing.TB, label, bin string, isEtcd bool, opts Options) *Process {
+	t.Helper()
+	name := opts.Name
+	if name == "" {
+		name = "e2e"
+	}
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		dataDir = filepath.Join(t.TempDir(), "data")
+	}
+	p := &Process{t: t, label: label, bin: bin, dataDir: dataDir, logDir: t.TempDir(), isEtcd: isEtcd}
+	t.Cleanup(p.cleanup)
+
+	// A port picked free can be taken by someone else before the process
+	// binds it; a fresh pair is tried when that is why the start failed.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			t.Fatalf("%s: %v", label, err)
+		}
+		p.client = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+		p.args = []string{
+			"--name", name,
+			"--data-dir", dataDir,
+			"--listen-client-urls", p.client,
+			"--advertise-client-urls", p.client,
+			"--listen-peer-urls", peer,
+			"--initial-advertise-peer-urls", peer,
+			"--initial-cluster", name + "=" + peer,
+			"--initial-cluster-state", "new",
+		}
+		if isEtcd {
+			p.args = append(p.args, "--log-level", "warn")
+		} else {
+			p.args = append(p.args, "--backend", opts.Engine)
+		}
+		p.args = append(p.args, opts.Args...)
+		lastErr = p.launchAndWait()
+		if lastErr == nil {
+			return p
+		}
+		if !p.logContains("address already in use") {
+			break
+		}
+		p.Kill()
+	}
+	t.Fatalf("start %s: %v", label, lastErr)
+	return nil
+}
+
+// Endpoint is the client URL, e.g. "http://127.0.0.1:23790".
+func (p *Process) Endpoint() string { return p.client }
+
+// DataDir is the member's data directory.
+func (p *Process) DataDir() string { return p.dataDir }
+
+// Label names the process in messages: "kvd", "etcd" or "kvd(etcd)".
+func (p *Process) Label() string { return p.label }
+
+// IsEtcd reports whether this process is an etcd binary.
+func (p *Process) IsEtcd() bool { return p.isEtcd }
+
+// Client returns a new clientv3 client for this member, closed in t.Cleanup.
+func (p *Process) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	c, err := newClient(p.client)
+	if err != nil {
+		t.Fatalf("%s: new client: %v", p.label, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newClient(endpoint string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
+
+func (p *Process) launch() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.runs++
+	base := filepath.Join(p.logDir, fmt.Sprintf("%s-run%d", strings.NewReplacer("(", "-", ")", "").Replace(p.label), p.runs))
+	stdout, err := os.Create(base + ".stdout")
+	if err != nil {
+		return fmt.Errorf("create log %s.stdout: %w", base, err)
+	}
+	stderr, err := os.Create(base + ".stderr")
+	if err != nil {
+		stdout.Close()
+		return fmt.Errorf("create log %s.stderr: %w", base, err)
+	}
+	p.logs = append(p.logs, stdout.Name(), stderr.Name())
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	// Its own process group, so that Kill also reaches anything it spawned.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		stdout.Close()
+		stderr.Close()
+		return fmt.Errorf("exec %s: %w", p.bin, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		stdout.Close()
+		stderr.Close()
+		p.mu.Lock()
+		p.werr = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+func (p *Process) launchAndWait() error {
+	if err := p.launch(); err != nil {
+		return err
+	}
+	return p.waitReady(StartTimeout)
+}
+
+// waitReady polls until the member reports a leader and serves a
+// linearizable read, or fails as soon as the process exits.
+func (p *Process) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c, err := newClient(p.client)
+	if err != nil {
+		return fmt.Errorf("new client: %w", err)
+	}
+	defer c.Close()
+	var last error
+	for time.Now().Before(deadline) {
+		if exited, werr := p.Exited(); exited {
+			return fmt.Errorf("process exited before becoming ready: %v", werr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := c.Status(ctx, p.client)
+		if err == nil && st.Leader == 0 {
+			err = errors.New("no leader yet")
+		}
+		if err == nil {
+			_, err = c.Get(ctx, "e2e-readiness-probe")
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-p.doneChan():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready after %v: %v", timeout, last)
+}
+
+func (p *Process) doneChan() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Exited reports whether the current run has exited, and how.
+func (p *Process) Exited() (bool, error) {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true, nil
+	}
+	select {
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return true, p.werr
+	default:
+		return false, nil
+	}
+}
+
+// WaitExit waits up to timeout for the current run to exit on its own and
+// reports whether it did.
+func (p *Process) WaitExit(timeout time.Duration) bool {
+	done := p.doneChan()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		_ = syscall.Kill(-cmd.Process.Pid, sig)
+	} else {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// Stop sends SIGTERM and waits for the process to exit.
+func (p *Process) Stop() {
+	p.t.Helper()
+	p.signal(syscall.SIGTERM)
+	if !p.WaitExit(StopTimeout) {
+		p.Kill()
+		p.t.Fatalf("%s did not exit within %v of SIGTERM", p.label, StopTimeout)
+	}
+}
+
+// Kill sends SIGKILL to the process group and waits for the process to exit.
+func (p *Process) Kill() {
+	p.signal(syscall.SIGKILL)
+	if done := p.doneChan(); done != nil {
+		<-done
+	}
+}
+
+// Restart starts the member again on the same data directory and ports
+// (stopping it first with SIGTERM if it is running) and waits until ready.
+func (p *Process) Restart() {
+	p.t.Helper()
+	if exited, _ := p.Exited(); !exited {
+		p.Stop()
+	}
+	if err := p.launchAndWait(); err != nil {
+		p.t.Fatalf("restart %s: %v", p.label, err)
+	}
+}
+
+func (p *Process) logContains(s string) bool {
+	p.mu.Lock()
+	logs := append([]string(nil), p.logs...)
+	p.mu.Unlock()
+	for _, f := range logs {
+		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// LogTail returns the last n lines of each log file of every run.
+func (p *Process) LogTail(n int) string {
+	p.mu.Lock()
+	logs := append([]string(nil), p.logs...)
+	p.mu.Unlock()
+	var b strings.Builder
+	for _, f := range logs {
+		lines, err := tail(f, n)
+		if err != nil {
+			fmt.Fprintf(&b, "==> %s: %v\n", f, err)
+			continue
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "==> %s (last %d lines) <==\n%s\n", f, len(lines), strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+func tail(path string, n int) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return lines, sc.Err()
+}
+
+func (p *Process) cleanup() {
+	p.Kill()
+	if p.t.Failed() {
+		p.t.Logf("%s %s\n%s", p.label, strings.Join(p.args, " "), p.LogTail(80))
+	}
+}
+
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{}
+)
+
+// freePorts returns n distinct loopback ports that were free a moment ago
+// and were never handed out before in this test binary.
+func freePorts(n int) ([]int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find free port: %w", err)
+		}
+		ls = append(ls, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		if portsUsed[port] {
+			continue
+		}
+		portsUsed[port] = true
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
