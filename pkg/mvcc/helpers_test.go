@@ -35,12 +35,18 @@ type testStore struct {
 	t   testing.TB
 	e   engine
 	dir string
+	cfg config
 	be  backend.Backend
 }
 
 func newTestStore(t testing.TB, e engine) *testStore {
 	t.Helper()
-	ts := &testStore{t: t, e: e, dir: t.TempDir()}
+	return newTestStoreConfig(t, e, config{compactBatchLimit: defaultCompactBatchLimit})
+}
+
+func newTestStoreConfig(t testing.TB, e engine, cfg config) *testStore {
+	t.Helper()
+	ts := &testStore{t: t, e: e, dir: t.TempDir(), cfg: cfg}
 	ts.open()
 	t.Cleanup(ts.close)
 	return ts
@@ -52,7 +58,7 @@ func (ts *testStore) open() {
 	if err != nil {
 		ts.t.Fatalf("open %s backend: %v", ts.e.name, err)
 	}
-	s, err := Open(be, zaptest.NewLogger(ts.t))
+	s, err := open(be, zaptest.NewLogger(ts.t), ts.cfg)
 	if err != nil {
 		_ = be.Close()
 		ts.t.Fatalf("open store: %v", err)

@@ -67,6 +67,8 @@ type Store struct {
 	failed  error
 
 	compactor compactor
+	// resumed closes when the compaction Open resumed is done (nil: none).
+	resumed   <-chan struct{}
 	closeOnce sync.Once
 }
 
@@ -75,11 +77,25 @@ type Store struct {
 // resumes a physical compaction that was scheduled but not finished. be stays
 // owned by the caller, who closes it after Store.Close. lg may be nil.
 func Open(be backend.Backend, lg *zap.Logger) (*Store, error) {
+	return open(be, lg, config{compactBatchLimit: defaultCompactBatchLimit})
+}
+
+// config holds knobs tests turn.
+type config struct {
+	compactBatchLimit int
+	// afterCompactChunk is called by the compactor after each chunk.
+	afterCompactChunk func(s *Store, rev int64)
+}
+
+func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
 	s := &Store{be: be, idx: index.New(), lg: lg, compactRev: -1}
-	s.compactor.init(s, defaultCompactBatchLimit)
+	s.compactor.init(s, cfg.compactBatchLimit)
+	if f := cfg.afterCompactChunk; f != nil {
+		s.compactor.afterChunk = func(rev int64) { f(s, rev) }
+	}
 
 	scheduled, err := s.restore()
 	if err != nil {
@@ -89,7 +105,9 @@ func Open(be backend.Backend, lg *zap.Logger) (*Store, error) {
 	if scheduled > 0 {
 		lg.Info("resuming unfinished compaction", zap.Int64("revision", scheduled))
 		s.compactRev = scheduled
-		s.compactor.enqueue([]*compactJob{{rev: scheduled, done: make(chan struct{})}})
+		job := &compactJob{rev: scheduled, done: make(chan struct{})}
+		s.resumed = job.done
+		s.compactor.enqueue([]*compactJob{job})
 	}
 	return s, nil
 }
