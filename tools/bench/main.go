@@ -1,0 +1,170 @@
+// Command bench is kvd's load tool. It speaks the etcd v3 KV gRPC API, so the
+// same run measures kvd and etcd alike:
+//
+//	go run ./tools/bench [global flags] put|range|txn [flags]
+//
+// It prints a summary in the layout of etcd's benchmark tool, or one JSON
+// object per run with --json. Exit status: 0 when every measured request
+// succeeded, 1 when the run could not be made (flags, connection, preload),
+// 2 when it was made but some requests failed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errRequestsFailed reports a run that completed with failed requests.
+var errRequestsFailed = errors.New("some requests failed")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := runArgs(ctx, args, stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errRequestsFailed):
+		return 2
+	}
+	fmt.Fprintf(stderr, "bench: %v\n", err)
+	return 1
+}
+
+const globalUsage = `usage: bench [global flags] put|range|txn [flags]
+
+Global flags:
+`
+
+func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		o         runOptions
+		endpoints string
+		asJSON    bool
+	)
+	gfs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	gfs.SetOutput(stderr)
+	gfs.Usage = func() {
+		fmt.Fprint(stderr, globalUsage)
+		gfs.PrintDefaults()
+	}
+	gfs.StringVar(&endpoints, "endpoints", "127.0.0.1:2379", "comma-separated gRPC endpoints (host:port or http://host:port)")
+	gfs.IntVar(&o.clients, "clients", 100, "concurrent request loops")
+	gfs.IntVar(&o.conns, "conns", 10, "gRPC connections; the clients are spread over them")
+	gfs.Int64Var(&o.total, "total", 100000, "requests to measure (unbounded when only --duration is given)")
+	gfs.DurationVar(&o.duration, "duration", 0, "measure for this long (with --total too, whichever comes first)")
+	gfs.DurationVar(&o.warmup, "warmup", 0, "run the workload this long before measuring, unrecorded")
+	gfs.DurationVar(&o.dialTimeout, "dial-timeout", 5*time.Second, "time for every connection to become ready")
+	gfs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "deadline of one request (0: none)")
+	gfs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the text summary")
+	if err := gfs.Parse(args); err != nil {
+		return err
+	}
+	totalSet := false
+	gfs.Visit(func(f *flag.Flag) { totalSet = totalSet || f.Name == "total" })
+	if o.duration > 0 && !totalSet {
+		o.total = 0
+	}
+	for _, ep := range strings.Split(endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			o.endpoints = append(o.endpoints, ep)
+		}
+	}
+
+	rest := gfs.Args()
+	if len(rest) == 0 {
+		gfs.Usage()
+		return errors.New("missing command: put, range or txn")
+	}
+	name, cmdArgs := rest[0], rest[1:]
+	w, err := parseWorkload(name, cmdArgs, stderr)
+	if err != nil {
+		return err
+	}
+	s, err := bench(ctx, o, name, w)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		err = s.writeJSON(stdout)
+	} else {
+		err = s.writeText(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	if s.Errors > 0 {
+		return errRequestsFailed
+	}
+	return nil
+}
+
+func addKeyFlags(fs *flag.FlagSet, o *keyOptions) {
+	fs.IntVar(&o.keySize, "key-size", 8, "key size in bytes")
+	fs.IntVar(&o.valSize, "val-size", 256, "value size in bytes")
+	fs.IntVar(&o.keySpace, "key-space-size", 10000, "number of distinct keys written")
+	fs.BoolVar(&o.sequential, "sequential-keys", false, "write keys in order instead of at random")
+}
+
+func parseWorkload(name string, args []string, stderr io.Writer) (workload, error) {
+	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		ko    keyOptions
+		ops   int
+		rw    rangeWorkload
+		consi string
+	)
+	switch name {
+	case "put":
+		addKeyFlags(fs, &ko)
+	case "txn":
+		addKeyFlags(fs, &ko)
+		fs.IntVar(&ops, "txn-ops", 1, "compare-and-put pairs per txn, on distinct keys")
+	case "range":
+		fs.StringVar(&rw.key, "key", "", "range over this single key")
+		fs.StringVar(&rw.prefix, "prefix", "", "range over every key with this prefix")
+		fs.IntVar(&rw.preload, "preload", 0, "before measuring, put this many keys under --prefix (with --key: put the key)")
+		fs.IntVar(&rw.valSize, "val-size", 256, "value size in bytes of the preloaded keys")
+		fs.StringVar(&consi, "consistency", "l", "l (linearizable) or s (serializable)")
+		fs.Int64Var(&rw.limit, "limit", 0, "most keys per response (0: all)")
+	default:
+		return nil, fmt.Errorf("unknown command %q: want put, range or txn", name)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
+	}
+	switch name {
+	case "put":
+		return newPutWorkload(ko)
+	case "txn":
+		return newTxnWorkload(ko, ops)
+	}
+	switch consi {
+	case "l":
+	case "s":
+		rw.serializable = true
+	default:
+		return nil, fmt.Errorf("--consistency %q: want l or s", consi)
+	}
+	if err := rw.validate(); err != nil {
+		return nil, err
+	}
+	return &rw, nil
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// runOptions are the global flags: how much load, from how many loops.
+type runOptions struct {
+	endpoints      []string
+	clients        int
+	conns          int
+	total          int64         // requests to measure; 0 means no bound
+	duration       time.Duration // measuring time; 0 means no bound
+	warmup         time.Duration
+	dialTimeout    time.Duration
+	requestTimeout time.Duration
+}
+
+func (o runOptions) validate() error {
+	switch {
+	case len(o.endpoints) == 0:
+		return errors.New("--endpoints is empty")
+	case o.clients < 1 || o.conns < 1:
+		return fmt.Errorf("--clients and --conns must be at least 1, got %d and %d", o.clients, o.conns)
+	case o.total < 0 || o.duration < 0 || o.warmup < 0:
+		return errors.New("--total, --duration and --warmup must not be negative")
+	case o.total == 0 && o.duration == 0:
+		return errors.New("one of --total and --duration must bound the run")
+	}
+	return nil
+}
+
+// grpcTarget turns an etcd-style endpoint (host:port or http://host:port)
+// into a gRPC target.
+func grpcTarget(endpoint string) (string, error) {
+	switch {
+	case strings.HasPrefix(endpoint, "https://"), strings.HasPrefix(endpoint, "unixs://"):
+		return "", fmt.Errorf("endpoint %s: TLS is not supported", endpoint)
+	case strings.HasPrefix(endpoint, "http://"):
+		return strings.TrimPrefix(endpoint, "http://"), nil
+	}
+	return endpoint, nil
+}
+
+// dial opens n connections spread round-robin over the endpoints and waits
+// until each is ready, so connection setup is not measured.
+func dial(ctx context.Context, endpoints []string, n int, timeout time.Duration) ([]*grpc.ClientConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conns := make([]*grpc.ClientConn, 0, n)
+	closeAll := func() {
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	}
+	for i := range n {
+		ep := endpoints[i%len(endpoints)]
+		target, err := grpcTarget(ep)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		cc, err := grpc.NewClient(target,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("connect to %s: %w", ep, err)
+		}
+		conns = append(conns, cc)
+		cc.Connect()
+	}
+	for i, cc := range conns {
+		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+			if !cc.WaitForStateChange(ctx, s) {
+				closeAll()
+				return nil, fmt.Errorf("connect to %s: not ready after %v (state %s)", endpoints[i%len(endpoints)], timeout, s)
+			}
+		}
+	}
+	return conns, nil
+}
+
+// phaseResult is what the client loops of one phase saw.
+type phaseResult struct {
+	elapsed  time.Duration
+	recs     []recorder
+	errors   int64
+	firstErr error
+}
+
+// runPhase runs one loop per entry of loops until limit requests were issued
+// (limit > 0), d has passed (d > 0), or ctx is done, and returns once every
+// loop has ended. A request in flight when the time is up is let finish.
+// With record false the latencies are not kept (warm-up).
+func runPhase(ctx context.Context, kvs []pb.KVClient, loops []requestFunc, limit int64, d, reqTimeout time.Duration, record bool) phaseResult {
+	var (
+		issued   atomic.Int64
+		stopped  atomic.Bool
+		errCount atomic.Int64
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	recs := make([]recorder, len(loops))
+	if record && limit > 0 {
+		per := int(limit/int64(len(loops))) + 1
+		for i := range recs {
+			recs[i].lats = make([]time.Duration, 0, per)
+		}
+	}
+	start := time.Now()
+	if d > 0 {
+		timer := time.AfterFunc(d, func() { stopped.Store(true) })
+		defer timer.Stop()
+	}
+	for i, do := range loops {
+		kv := kvs[i%len(kvs)]
+		rec := &recs[i]
+		wg.Go(func() {
+			for !stopped.Load() && ctx.Err() == nil {
+				seq := issued.Add(1) - 1
+				if limit > 0 && seq >= limit {
+					return
+				}
+				t0 := time.Now()
+				err := call(ctx, do, kv, seq, reqTimeout)
+				lat := time.Since(t0)
+				if err != nil {
+					if ctx.Err() != nil {
+						return // interrupted: not the server's error
+					}
+					errCount.Add(1)
+					errOnce.Do(func() { firstErr = err })
+					continue
+				}
+				if record {
+					rec.record(lat)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return phaseResult{elapsed: time.Since(start), recs: recs, errors: errCount.Load(), firstErr: firstErr}
+}
+
+func call(ctx context.Context, do requestFunc, kv pb.KVClient, seq int64, timeout time.Duration) error {
+	if timeout <= 0 {
+		return do(ctx, kv, seq)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return do(ctx, kv, seq)
+}
+
+// bench connects, prepares the workload, warms up, measures and closes the
+// connections again.
+func bench(ctx context.Context, o runOptions, name string, w workload) (*summary, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	conns, err := dial(ctx, o.endpoints, o.conns, o.dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	}()
+	kvs := make([]pb.KVClient, len(conns))
+	for i, cc := range conns {
+		kvs[i] = pb.NewKVClient(cc)
+	}
+	if err := w.prepare(ctx, kvs, o.clients); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", name, err)
+	}
+	loops := make([]requestFunc, o.clients)
+	for i := range loops {
+		loops[i] = w.newLoop()
+	}
+	if o.warmup > 0 {
+		runPhase(ctx, kvs, loops, 0, o.warmup, o.requestTimeout, false)
+	}
+	res := runPhase(ctx, kvs, loops, o.total, o.duration, o.requestTimeout, true)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s interrupted: %w", name, err)
+	}
+	s := summarize(name, res)
+	s.Endpoints, s.Clients, s.Conns = o.endpoints, o.clients, o.conns
+	return s, nil
+}

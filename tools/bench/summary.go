@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// reportedPercentiles are the percentiles every summary carries.
+var reportedPercentiles = []float64{50, 90, 99, 99.9}
+
+// summary is the result of one measured run. Requests counts the successful
+// requests only; latencies and Requests/sec are over those.
+type summary struct {
+	Workload   string
+	Endpoints  []string
+	Clients    int
+	Conns      int
+	Total      time.Duration
+	Requests   int64
+	Errors     int64
+	FirstError string
+	RPS        float64
+	latencyStats
+	Percentiles []time.Duration // parallel to reportedPercentiles
+	Histogram   []histogramBucket
+}
+
+func summarize(name string, res phaseResult) *summary {
+	lats := mergeSorted(res.recs)
+	s := &summary{
+		Workload:     name,
+		Total:        res.elapsed,
+		Requests:     int64(len(lats)),
+		Errors:       res.errors,
+		latencyStats: statsOf(lats),
+		Histogram:    histogram(lats, 10),
+	}
+	if res.firstErr != nil {
+		s.FirstError = res.firstErr.Error()
+	}
+	if res.elapsed > 0 {
+		s.RPS = float64(s.Requests) / res.elapsed.Seconds()
+	}
+	for _, p := range reportedPercentiles {
+		s.Percentiles = append(s.Percentiles, percentile(lats, p))
+	}
+	return s
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.4f secs.", d.Seconds()) }
+
+// writeText prints the summary in the layout of etcd's benchmark tool.
+func (s *summary) writeText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nSummary (%s, %d clients over %d conns to %s):\n", s.Workload, s.Clients, s.Conns, strings.Join(s.Endpoints, ","))
+	fmt.Fprintf(&b, "  Total:\t%s\n", secs(s.Total))
+	fmt.Fprintf(&b, "  Requests:\t%d\n", s.Requests)
+	fmt.Fprintf(&b, "  Errors:\t%d\n", s.Errors)
+	if s.FirstError != "" {
+		fmt.Fprintf(&b, "  First error:\t%s\n", s.FirstError)
+	}
+	fmt.Fprintf(&b, "  Slowest:\t%s\n", secs(s.slowest))
+	fmt.Fprintf(&b, "  Fastest:\t%s\n", secs(s.fastest))
+	fmt.Fprintf(&b, "  Average:\t%s\n", secs(s.average))
+	fmt.Fprintf(&b, "  Stddev:\t%s\n", secs(s.stddev))
+	fmt.Fprintf(&b, "  Requests/sec:\t%.4f\n", s.RPS)
+	if len(s.Histogram) > 0 {
+		b.WriteString("\nResponse time histogram:\n")
+		most := 0
+		for _, h := range s.Histogram {
+			most = max(most, h.count)
+		}
+		for _, h := range s.Histogram {
+			bar := 0
+			if most > 0 {
+				bar = h.count * 40 / most
+			}
+			fmt.Fprintf(&b, "  %.4f [%d]\t|%s\n", h.mark.Seconds(), h.count, strings.Repeat("∎", bar))
+		}
+	}
+	b.WriteString("\nLatency distribution:\n")
+	for i, p := range reportedPercentiles {
+		fmt.Fprintf(&b, "  %g%% in %s\n", p, secs(s.Percentiles[i]))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// jsonSummary is the --json form: one object on one line, latencies in
+// milliseconds, so scripts can pick fields without a JSON library.
+type jsonSummary struct {
+	Workload   string      `json:"workload"`
+	Endpoints  []string    `json:"endpoints"`
+	Clients    int         `json:"clients"`
+	Conns      int         `json:"conns"`
+	TotalSec   float64     `json:"total_sec"`
+	Requests   int64       `json:"requests"`
+	Errors     int64       `json:"errors"`
+	FirstError string      `json:"first_error"`
+	RPS        float64     `json:"rps"`
+	LatencyMs  jsonLatency `json:"latency_ms"`
+}
+
+type jsonLatency struct {
+	Fastest float64 `json:"fastest"`
+	Slowest float64 `json:"slowest"`
+	Average float64 `json:"average"`
+	Stddev  float64 `json:"stddev"`
+	P50     float64 `json:"p50"`
+	P90     float64 `json:"p90"`
+	P99     float64 `json:"p99"`
+	P999    float64 `json:"p99_9"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (s *summary) writeJSON(w io.Writer) error {
+	out := jsonSummary{
+		Workload:   s.Workload,
+		Endpoints:  s.Endpoints,
+		Clients:    s.Clients,
+		Conns:      s.Conns,
+		TotalSec:   s.Total.Seconds(),
+		Requests:   s.Requests,
+		Errors:     s.Errors,
+		FirstError: s.FirstError,
+		RPS:        s.RPS,
+		LatencyMs: jsonLatency{
+			Fastest: ms(s.fastest),
+			Slowest: ms(s.slowest),
+			Average: ms(s.average),
+			Stddev:  ms(s.stddev),
+			P50:     ms(s.Percentiles[0]),
+			P90:     ms(s.Percentiles[1]),
+			P99:     ms(s.Percentiles[2]),
+			P999:    ms(s.Percentiles[3]),
+		},
+	}
+	return json.NewEncoder(w).Encode(out)
+}
