@@ -1,0 +1,92 @@
+// Command kvd runs one member of a kvd cluster: an etcd v3 API compatible,
+// replicated key-value store. With no flags it starts a single member on
+// 127.0.0.1:2379 with its data in ./default.kvd.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/server"
+)
+
+// version is kvd's own version; the etcd API version it speaks is
+// server.Version.
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cfg, err := config.Parse(args)
+	switch {
+	case errors.Is(err, config.ErrVersion):
+		fmt.Printf("kvd Version: %s\netcd API Version: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
+			version, server.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		config.Usage(os.Stdout)
+		return 0
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "kvd: %v\n", err)
+		return 2
+	}
+	lg, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvd: log-level: %v\n", err)
+		return 2
+	}
+	defer func() { _ = lg.Sync() }()
+
+	app := fx.New(
+		fx.Supply(cfg, lg),
+		fx.WithLogger(func() fxevent.Logger { return &fxevent.ZapLogger{Logger: lg.Named("fx").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))} }),
+		fx.StopTimeout(15*time.Second),
+		server.Module(),
+	)
+	startCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		lg.Error("kvd failed to start", zap.Error(err))
+		fmt.Fprintf(os.Stderr, "kvd: %v\n", err)
+		return 1
+	}
+	lg.Info("kvd started", zap.String("name", cfg.Name), zap.String("data-dir", cfg.DataDir), zap.String("backend", cfg.Backend.Engine))
+	sig := <-app.Wait()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := app.Stop(stopCtx); err != nil {
+		lg.Error("kvd stop", zap.Error(err))
+		if sig.ExitCode == 0 {
+			return 1
+		}
+	}
+	return sig.ExitCode
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl := zapcore.InfoLevel
+	if level != "" {
+		if err := lvl.UnmarshalText([]byte(level)); err != nil {
+			return nil, err
+		}
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	zc.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	zc.OutputPaths = []string{"stderr"}
+	return zc.Build()
+}

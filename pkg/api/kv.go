@@ -1,0 +1,230 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+)
+
+type kvServer struct {
+	pb.UnimplementedKVServer
+	s *Server
+}
+
+func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	s := k.s
+	ctx, span := s.Tracer.Start(ctx, "kv.Range")
+	defer span.End()
+	if err := checkRange(r); err != nil {
+		return nil, err
+	}
+	if !r.Serializable {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rv := s.Store.Read()
+	resp, err := apply.Range(rv, r)
+	rv.End()
+	if err != nil {
+		return nil, mvccErr(err)
+	}
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	s := k.s
+	ctx, span := s.Tracer.Start(ctx, "kv.Put")
+	defer span.End()
+	if err := checkPut(r); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Put: r})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := res.Resp.(*pb.PutResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	s := k.s
+	ctx, span := s.Tracer.Start(ctx, "kv.DeleteRange")
+	defer span.End()
+	if err := checkDelete(r); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := res.Resp.(*pb.DeleteRangeResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	s := k.s
+	ctx, span := s.Tracer.Start(ctx, "kv.Txn")
+	defer span.End()
+	if err := checkTxnTop(r, s.cfg.MaxTxnOps); err != nil {
+		return nil, err
+	}
+	if apply.IsReadOnlyTxn(r) {
+		if !apply.IsSerializableTxn(r) {
+			if err := s.linearize(ctx); err != nil {
+				return nil, err
+			}
+		}
+		rv := s.Store.Read()
+		resp, err := apply.ReadOnlyTxn(rv, s.Store.CompactRev(), r)
+		rv.End()
+		if err != nil {
+			return nil, mvccErr(err)
+		}
+		s.fill(resp.Header)
+		return resp, nil
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Txn: r})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := res.Resp.(*pb.TxnResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	s := k.s
+	ctx, span := s.Tracer.Start(ctx, "kv.Compact")
+	defer span.End()
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Compaction: r})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	if r.Physical && res.Compacted != nil {
+		select {
+		case <-res.Compacted:
+		case <-ctx.Done():
+			return nil, s.raftErr(ctx, ctx.Err())
+		}
+	}
+	resp := res.Resp.(*pb.CompactionResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+// rangeStreamChunk is the number of keys a RangeStream chunk carries.
+const rangeStreamChunk = 1000
+
+// RangeStream serves a range in chunks read at one revision, each from a
+// short-lived view, so neither side buffers the whole result.
+func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
+	s := k.s
+	ctx := stream.Context()
+	if err := checkRange(r); err != nil {
+		return err
+	}
+	if (r.SortOrder != pb.RangeRequest_NONE && !(r.SortTarget == pb.RangeRequest_KEY && r.SortOrder == pb.RangeRequest_ASCEND)) ||
+		(r.SortOrder == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY) ||
+		r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
+		return status.Error(codes.Unimplemented, "etcdserver: RangeStream does not support sort order or revision filters")
+	}
+	if !r.Serializable {
+		if err := s.linearize(ctx); err != nil {
+			return err
+		}
+	}
+	// Pin the revision and the total count with the first view.
+	rv := s.Store.Read()
+	rev := r.Revision
+	if rev == 0 {
+		rev = rv.Rev()
+	}
+	end := apply.RangeEnd(r.RangeEnd)
+	total, err := rv.Range(r.Key, end, mvcc.RangeOptions{Rev: rev, Count: true})
+	headerRev := rv.Rev()
+	rv.End()
+	if err != nil {
+		return mvccErr(err)
+	}
+	last := &pb.RangeResponse{Header: s.header(headerRev), Count: int64(total.Count)}
+	if r.CountOnly {
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: last})
+	}
+	want := int64(total.Count)
+	if r.Limit > 0 && r.Limit < want {
+		want = r.Limit
+		last.More = true
+	}
+	key := r.Key
+	var sent int64
+	for sent < want {
+		n := min(int64(rangeStreamChunk), want-sent)
+		rv := s.Store.Read()
+		rr, err := rv.Range(key, end, mvcc.RangeOptions{Rev: rev, Limit: n})
+		rv.End()
+		if err != nil {
+			return mvccErr(err)
+		}
+		if len(rr.KVs) == 0 {
+			break
+		}
+		kvs := make([]*mvccpb.KeyValue, len(rr.KVs))
+		for i := range rr.KVs {
+			kvs[i] = &rr.KVs[i]
+			if r.KeysOnly {
+				kvs[i].Value = nil
+			}
+		}
+		sent += int64(len(kvs))
+		key = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
+		if end == nil {
+			// A single key has been sent.
+			sent = want
+		}
+		chunk := &pb.RangeResponse{Kvs: kvs}
+		if sent >= want {
+			chunk.Header, chunk.More, chunk.Count = last.Header, last.More, last.Count
+			return stream.Send(&pb.RangeStreamResponse{RangeResponse: chunk})
+		}
+		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: chunk}); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&pb.RangeStreamResponse{RangeResponse: last})
+}
+
+func mvccErr(err error) error {
+	switch {
+	case errors.Is(err, mvcc.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, mvcc.ErrFutureRev):
+		return rpctypes.ErrGRPCFutureRev
+	}
+	return err
+}

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"context"
+	"io"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type maintenanceServer struct {
+	pb.UnimplementedMaintenanceServer
+	s *Server
+}
+
+// storageVersion is the storage schema version etcd v3.7 reports.
+const storageVersion = "3.6.0"
+
+func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	s := m.s
+	return &pb.StatusResponse{
+		Header:           s.header(s.Store.Rev()),
+		Version:          s.cfg.Version,
+		DbSize:           s.Backend.Size(),
+		DbSizeInUse:      s.Backend.SizeInUse(),
+		Leader:           s.Raft.Leader(),
+		RaftIndex:        s.Raft.CommitIndex(),
+		RaftTerm:         s.Raft.Term(),
+		RaftAppliedIndex: s.Applied.Index(),
+		StorageVersion:   storageVersion,
+		DbSizeQuota:      s.cfg.QuotaBytes,
+	}, nil
+}
+
+// Alarm: kvd raises no alarms yet (the quota alarm comes with space
+// accounting), so the list is always empty and deactivating is a no-op.
+func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	return &pb.AlarmResponse{Header: m.s.header(m.s.Store.Rev())}, nil
+}
+
+func (m *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.Backend.Defrag(); err != nil {
+		return nil, status.Errorf(codes.Internal, "etcdserver: defragment: %v", err)
+	}
+	return &pb.DefragmentResponse{Header: m.s.header(m.s.Store.Rev())}, nil
+}
+
+func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	s := m.s
+	h, rev, compactRev, err := s.Store.HashByRev(r.Revision)
+	if err != nil {
+		return nil, mvccErr(err)
+	}
+	return &pb.HashKVResponse{Header: s.header(rev), Hash: h, CompactRevision: compactRev, HashRevision: rev}, nil
+}
+
+// Snapshot streams a consistent copy of the backend in chunks.
+func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
+	s := m.s
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := s.Backend.Snapshot(pw)
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	buf := make([]byte, 32*1024)
+	header := s.header(s.Store.Rev())
+	for {
+		n, err := io.ReadFull(pr, buf)
+		if n > 0 {
+			resp := &pb.SnapshotResponse{Header: header, Blob: append([]byte(nil), buf[:n]...), RemainingBytes: 1}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return stream.Send(&pb.SnapshotResponse{Header: header, RemainingBytes: 0})
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
+		}
+	}
+}
+
+func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	s := m.s
+	if s.Raft.Leader() != s.Raft.ID() {
+		return nil, rpctypes.ErrGRPCNotLeader
+	}
+	if r.TargetID == s.Raft.ID() {
+		return &pb.MoveLeaderResponse{Header: s.header(s.Store.Rev())}, nil
+	}
+	return nil, rpctypes.ErrGRPCBadLeaderTransferee
+}
+
+type clusterServer struct {
+	pb.UnimplementedClusterServer
+	s *Server
+}
+
+func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	s := c.s
+	if r.Linearizable {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var ms []*pb.Member
+	for _, m := range s.Cluster.Members() {
+		ms = append(ms, &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+	}
+	return &pb.MemberListResponse{Header: s.header(s.Store.Rev()), Members: ms}, nil
+}

@@ -1,0 +1,200 @@
+// Package api holds kvd's gRPC services (KV, Maintenance, Cluster): request
+// validation, proposing through raft, waiting for the applied result, and
+// reads from MVCC views.
+package api
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+)
+
+// Raft is what the API needs from the raft driver.
+type Raft interface {
+	ID() uint64
+	Propose(ctx context.Context, data []byte) error
+	ReadIndex(ctx context.Context) (uint64, error)
+	Term() uint64
+	Leader() uint64
+	CommitIndex() uint64
+}
+
+// Member is one cluster member as the Cluster API shows it.
+type Member struct {
+	ID         uint64
+	Name       string
+	PeerURLs   []string
+	ClientURLs []string
+	IsLearner  bool
+}
+
+// Cluster describes the cluster this member belongs to.
+type Cluster interface {
+	ID() uint64
+	Members() []Member
+}
+
+// Config are the API's limits.
+type Config struct {
+	MaxTxnOps       int
+	MaxRequestBytes int
+	// RequestTimeout bounds a request's wait for raft (etcd: 5s + 2 election timeouts).
+	RequestTimeout time.Duration
+	// QuotaBytes is reported as db_size_quota.
+	QuotaBytes int64
+	Version    string
+}
+
+// Deps are the member's parts the API talks to.
+type Deps struct {
+	Raft     Raft
+	Store    *mvcc.Store
+	Backend  backend.Backend
+	Registry *apply.Registry
+	Applied  *apply.Applied
+	Cluster  Cluster
+	Tracer   trace.Tracer
+	Logger   *zap.Logger
+}
+
+// Server implements the services.
+type Server struct {
+	cfg Config
+	Deps
+	ids idGen
+}
+
+// New returns the API server.
+func New(cfg Config, d Deps) *Server {
+	if d.Tracer == nil {
+		d.Tracer = noop.NewTracerProvider().Tracer("kvd")
+	}
+	if d.Logger == nil {
+		d.Logger = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, Deps: d}
+	s.ids.init(d.Raft.ID(), time.Now())
+	return s
+}
+
+// Register adds the services to g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterKVServer(g, &kvServer{s: s})
+	pb.RegisterMaintenanceServer(g, &maintenanceServer{s: s})
+	pb.RegisterClusterServer(g, &clusterServer{s: s})
+}
+
+func (s *Server) header(rev int64) *pb.ResponseHeader {
+	return &pb.ResponseHeader{
+		ClusterId: s.Cluster.ID(),
+		MemberId:  s.Raft.ID(),
+		Revision:  rev,
+		RaftTerm:  s.Raft.Term(),
+	}
+}
+
+func (s *Server) fill(h *pb.ResponseHeader) {
+	h.ClusterId = s.Cluster.ID()
+	h.MemberId = s.Raft.ID()
+	h.RaftTerm = s.Raft.Term()
+}
+
+// propose sends req through raft and waits for its applied result.
+func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
+	id := s.ids.next()
+	req.Header = &pb.RequestHeader{ID: id}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return apply.Result{}, err
+	}
+	if len(data) > s.cfg.MaxRequestBytes {
+		return apply.Result{}, rpctypes.ErrGRPCRequestTooLarge
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+
+	cctx, commit := s.Tracer.Start(ctx, "raft.commit")
+	ch := s.Registry.Register(cctx, id)
+	pctx, pspan := s.Tracer.Start(ctx, "raft.propose")
+	err = s.Raft.Propose(pctx, data)
+	pspan.End()
+	if err != nil {
+		s.Registry.Cancel(id)
+		commit.End()
+		return apply.Result{}, s.raftErr(ctx, err)
+	}
+	select {
+	case res := <-ch:
+		return res, nil
+	case <-ctx.Done():
+		s.Registry.Cancel(id)
+		commit.End()
+		return apply.Result{}, s.raftErr(ctx, ctx.Err())
+	}
+}
+
+// linearize waits until this member has applied everything committed before
+// the call: a read after it is linearizable.
+func (s *Server) linearize(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	ctx, span := s.Tracer.Start(ctx, "raft.readindex")
+	defer span.End()
+	idx, err := s.Raft.ReadIndex(ctx)
+	if err != nil {
+		return s.raftErr(ctx, err)
+	}
+	if err := s.Applied.Wait(ctx, idx); err != nil {
+		return s.raftErr(ctx, err)
+	}
+	return nil
+}
+
+// raftErr maps a failure to reach raft to etcd's error.
+func (s *Server) raftErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrProposalDropped):
+		if s.Raft.Leader() == raft.None {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, context.Canceled):
+		return rpctypes.ErrGRPCCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		if s.Raft.Leader() == raft.None {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		return rpctypes.ErrGRPCTimeout
+	}
+	return err
+}
+
+// idGen makes request IDs unique across members and restarts, like etcd's:
+// member bits, then milliseconds at start, then a counter.
+type idGen struct {
+	prefix uint64
+	suffix atomic.Uint64
+}
+
+func (g *idGen) init(member uint64, now time.Time) {
+	g.prefix = member << 48
+	g.suffix.Store(uint64(now.UnixMilli()) << 8 & (1<<48 - 1))
+}
+
+func (g *idGen) next() uint64 {
+	return g.prefix | g.suffix.Add(1)&(1<<48-1)
+}

@@ -1,0 +1,297 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+)
+
+// maxBatchBytes bounds the entry bytes applied in one backend transaction
+// (Badger caps a transaction's size; bolt's dirty pages grow with it).
+const maxBatchBytes = 8 << 20
+
+// Raft is what the applier needs from the raft driver.
+type Raft interface {
+	ApplyConfChange(raftpb.ConfChangeI) (*raftpb.ConfState, error)
+	Deliver([]*raftpb.Message)
+}
+
+// Snapshotter records raft snapshots once the backend holds the state.
+type Snapshotter interface {
+	CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) error
+}
+
+// Config wires an Applier.
+type Config struct {
+	Store    *mvcc.Store
+	Raft     Raft
+	Inbox    *actors.Inbox[*raftpb.Message]
+	Registry *Registry
+	Applied  *Applied
+	// Snapshots and SyncBackend are used every SnapshotCount applied entries:
+	// the backend is synced, then the WAL may be truncated behind it.
+	Snapshots     Snapshotter
+	SyncBackend   func() error
+	SnapshotCount uint64
+	// SnapshotIndex and ConfState describe the latest raft snapshot at start.
+	SnapshotIndex uint64
+	ConfState     *raftpb.ConfState
+	// LeaseExists reports whether a lease is granted; nil: no leases exist.
+	LeaseExists func(int64) bool
+	Tracer      trace.Tracer
+	Logger      *zap.Logger
+}
+
+// Applier is the actor that applies committed entries to the MVCC store, one
+// backend transaction per batch, and hands each result to its waiting caller.
+type Applier struct {
+	cfg       Config
+	lg        *zap.Logger
+	lastSnap  uint64
+	confState *raftpb.ConfState
+	results   []pending
+	// fatal is set when a request failed after it had written: the batch
+	// cannot be committed.
+	fatal error
+}
+
+type pending struct {
+	id  uint64
+	res Result
+}
+
+// New returns an applier.
+func New(cfg Config) *Applier {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	cs := cfg.ConfState
+	if cs == nil {
+		cs = &raftpb.ConfState{}
+	}
+	return &Applier{cfg: cfg, lg: lg, lastSnap: cfg.SnapshotIndex, confState: cs}
+}
+
+// Run is the applier loop.
+func (a *Applier) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.cfg.Inbox.Ready():
+		}
+		msgs := a.cfg.Inbox.Take()
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := a.applyMessages(msgs); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *Applier) applyMessages(msgs []*raftpb.Message) error {
+	var ents []*raftpb.Entry
+	for _, m := range msgs {
+		ents = append(ents, m.GetEntries()...)
+	}
+	for len(ents) > 0 {
+		n, size := 0, 0
+		for n < len(ents) && (n == 0 || size+len(ents[n].GetData()) <= maxBatchBytes) {
+			size += len(ents[n].GetData())
+			n++
+		}
+		if err := a.applyEntries(ents[:n]); err != nil {
+			return err
+		}
+		ents = ents[n:]
+	}
+	for _, m := range msgs {
+		a.cfg.Raft.Deliver(m.GetResponses())
+	}
+	return a.maybeSnapshot()
+}
+
+func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
+	ci := a.cfg.Store.ConsistentIndex()
+	last := ents[len(ents)-1]
+	a.results = a.results[:0]
+	err := a.cfg.Store.Apply(func(b *mvcc.Batch) error {
+		for _, e := range ents {
+			switch e.GetType() {
+			case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+				// Raft's configuration is rebuilt from the log on restart, so
+				// conf changes are applied to raft even when already in the
+				// backend.
+				if err := a.applyConfChange(e); err != nil {
+					return err
+				}
+				continue
+			}
+			if e.GetIndex() <= ci || len(e.GetData()) == 0 {
+				continue
+			}
+			req := &pb.InternalRaftRequest{}
+			if err := proto.Unmarshal(e.GetData(), req); err != nil {
+				return fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
+			}
+			id := req.GetHeader().GetID()
+			if id == 0 {
+				id = req.ID
+			}
+			res := a.applyRequest(b, req)
+			if a.fatal != nil {
+				return a.fatal
+			}
+			a.results = append(a.results, pending{id: id, res: res})
+		}
+		if last.GetIndex() > ci {
+			b.SetConsistentIndex(last.GetIndex(), last.GetTerm())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("apply entries %d..%d: %w", ents[0].GetIndex(), last.GetIndex(), err)
+	}
+	if last.GetIndex() > a.cfg.Applied.Index() {
+		a.cfg.Applied.publish(last.GetIndex())
+	}
+	for _, p := range a.results {
+		a.cfg.Registry.Trigger(p.id, p.res)
+	}
+	return nil
+}
+
+func (a *Applier) applyConfChange(e *raftpb.Entry) error {
+	var cc raftpb.ConfChangeI
+	if e.GetType() == raftpb.EntryConfChange {
+		c := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), c); err != nil {
+			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
+		}
+		cc = c
+	} else {
+		c := &raftpb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), c); err != nil {
+			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
+		}
+		cc = c
+	}
+	cs, err := a.cfg.Raft.ApplyConfChange(cc)
+	if err != nil {
+		return err
+	}
+	a.confState = cs
+	return nil
+}
+
+func (a *Applier) maybeSnapshot() error {
+	applied := a.cfg.Applied.Index()
+	if a.cfg.Snapshots == nil || a.cfg.SnapshotCount == 0 || applied-a.lastSnap < a.cfg.SnapshotCount {
+		return nil
+	}
+	// The WAL is truncated behind the snapshot, so the backend must hold
+	// everything up to it durably first.
+	if a.cfg.SyncBackend != nil {
+		if err := a.cfg.SyncBackend(); err != nil {
+			return fmt.Errorf("sync backend before snapshot: %w", err)
+		}
+	}
+	if err := a.cfg.Snapshots.CreateSnapshot(applied, a.confState, nil); err != nil {
+		return fmt.Errorf("create raft snapshot at %d: %w", applied, err)
+	}
+	a.lastSnap = applied
+	a.lg.Info("raft snapshot created", zap.Uint64("index", applied))
+	return nil
+}
+
+func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Result {
+	span := a.startSpan(req)
+	defer span.End()
+	switch {
+	case req.Put != nil:
+		return a.applyTxnLike(b, func(t *mvcc.TxnWrite, p *precheck) (proto.Message, error) {
+			if err := p.put(req.Put); err != nil {
+				return nil, err
+			}
+			return put(t, req.Put, &txnState{})
+		})
+	case req.DeleteRange != nil:
+		return a.applyTxnLike(b, func(t *mvcc.TxnWrite, _ *precheck) (proto.Message, error) {
+			return deleteRange(t, req.DeleteRange, &txnState{})
+		})
+	case req.Txn != nil:
+		return a.applyTxnLike(b, func(t *mvcc.TxnWrite, p *precheck) (proto.Message, error) {
+			path := txnPath(t, req.Txn)
+			if _, err := p.txn(req.Txn, path); err != nil {
+				return nil, err
+			}
+			resp, _, err := execTxn(t, req.Txn, path, &txnState{})
+			if err != nil {
+				return nil, err
+			}
+			resp.Header.Revision = t.Rev()
+			return resp, nil
+		})
+	case req.Compaction != nil:
+		done, err := b.Compact(req.Compaction.Revision)
+		if err != nil {
+			return Result{Err: toGRPC(err)}
+		}
+		return Result{Resp: &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: b.Rev()}}, Compacted: done}
+	}
+	return Result{Err: errors.New("kvd: unsupported request")}
+}
+
+// applyTxnLike runs one request in one write txn. A request that fails its
+// checks writes nothing; one that fails after writing would leave the batch
+// half applied, so that is fatal for the batch (precheck rules it out).
+func (a *Applier) applyTxnLike(b *mvcc.Batch, fn func(*mvcc.TxnWrite, *precheck) (proto.Message, error)) Result {
+	t := b.Write()
+	defer t.End()
+	p := &precheck{r: t, compactRev: a.cfg.Store.CompactRev(), leaseExists: a.cfg.LeaseExists}
+	resp, err := fn(t, p)
+	if err != nil {
+		if len(t.Events()) > 0 {
+			a.fatal = fmt.Errorf("request failed after writing, batch not committed: %w", err)
+		}
+		return Result{Err: err}
+	}
+	return Result{Resp: resp}
+}
+
+// startSpan ends the request's "raft.commit" span (the API registered its
+// context) and starts its "apply" span.
+func (a *Applier) startSpan(req *pb.InternalRaftRequest) trace.Span {
+	var ctx context.Context
+	if a.cfg.Tracer != nil {
+		ctx = a.cfg.Registry.Context(req.GetHeader().GetID())
+	}
+	if ctx == nil {
+		return trace.SpanFromContext(context.Background())
+	}
+	trace.SpanFromContext(ctx).End()
+	_, span := a.cfg.Tracer.Start(ctx, "apply")
+	return span
+}
+
+func toGRPC(err error) error {
+	switch {
+	case errors.Is(err, mvcc.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, mvcc.ErrFutureRev):
+		return rpctypes.ErrGRPCFutureRev
+	}
+	return err
+}

@@ -1,0 +1,113 @@
+package apply
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Result is what applying one request produced.
+type Result struct {
+	Resp proto.Message
+	Err  error
+	// Compacted is closed when a physical compaction finished.
+	Compacted <-chan struct{}
+}
+
+type waiter struct {
+	ctx context.Context
+	ch  chan Result
+}
+
+// Registry hands results from the applier to the API call waiting on a
+// proposal ID.
+type Registry struct {
+	mu sync.Mutex
+	m  map[uint64]waiter
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{m: make(map[uint64]waiter)} }
+
+// Register returns the channel that receives id's result. ctx travels to the
+// applier for tracing.
+func (r *Registry) Register(ctx context.Context, id uint64) <-chan Result {
+	ch := make(chan Result, 1)
+	r.mu.Lock()
+	r.m[id] = waiter{ctx: ctx, ch: ch}
+	r.mu.Unlock()
+	return ch
+}
+
+// Cancel forgets id (the caller gave up).
+func (r *Registry) Cancel(id uint64) {
+	r.mu.Lock()
+	delete(r.m, id)
+	r.mu.Unlock()
+}
+
+// Context is the context id was registered with, or nil: requests proposed by
+// another member have no waiter here.
+func (r *Registry) Context(id uint64) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w, ok := r.m[id]; ok {
+		return w.ctx
+	}
+	return nil
+}
+
+// Trigger delivers id's result, if anyone waits for it.
+func (r *Registry) Trigger(id uint64, res Result) {
+	r.mu.Lock()
+	w, ok := r.m[id]
+	delete(r.m, id)
+	r.mu.Unlock()
+	if ok {
+		w.ch <- res
+	}
+}
+
+// Applied publishes the applied index and lets readers wait for it.
+type Applied struct {
+	index atomic.Uint64
+	mu    sync.Mutex
+	next  chan struct{} // closed at the next publish
+}
+
+// NewApplied starts at index.
+func NewApplied(index uint64) *Applied {
+	a := &Applied{next: make(chan struct{})}
+	a.index.Store(index)
+	return a
+}
+
+// Index is the applied index.
+func (a *Applied) Index() uint64 { return a.index.Load() }
+
+func (a *Applied) publish(index uint64) {
+	a.index.Store(index)
+	a.mu.Lock()
+	close(a.next)
+	a.next = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// Wait returns once the applied index reaches index.
+func (a *Applied) Wait(ctx context.Context, index uint64) error {
+	for {
+		a.mu.Lock()
+		ch := a.next
+		a.mu.Unlock()
+		if a.index.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,371 @@
+// Package raftnode is the raft driver actor: it owns the raft.RawNode, turns
+// proposals, ticks and messages into Ready batches, and routes what raft asks
+// for (with AsyncStorageWrites) to the WAL writer, the applier and peers.
+package raftnode
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/raftlog"
+)
+
+// ErrStopped is returned to callers once the driver has stopped.
+var ErrStopped = errors.New("raftnode: stopped")
+
+// Config describes one member's raft.
+type Config struct {
+	ID uint64
+	// Peers bootstraps a new cluster; empty when restarting or joining.
+	Peers []raft.Peer
+	// Applied is the index up to which the state machine is known applied at
+	// start (the latest raft snapshot); raft redelivers entries after it.
+	Applied        uint64
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	Log            *raftlog.Log
+	Logger         *zap.Logger
+	Tracer         trace.Tracer
+	// Send delivers messages to other members; nil for a single member.
+	Send func([]*raftpb.Message)
+}
+
+// Append is one MsgStorageAppend for the WAL writer, with the trace contexts
+// of the proposals whose entries it carries.
+type Append struct {
+	Msg    *raftpb.Message
+	Traces []context.Context
+}
+
+type proposal struct {
+	ctx  context.Context
+	data []byte
+	errc chan error
+}
+
+type confRequest struct {
+	cc    raftpb.ConfChangeI
+	reply chan *raftpb.ConfState
+}
+
+type readWaiter struct {
+	ctx   context.Context
+	reply chan uint64
+}
+
+// Node is the raft driver. Its exported methods are safe from any goroutine;
+// only Run touches the RawNode.
+type Node struct {
+	cfg Config
+	lg  *zap.Logger
+	rn  *raft.RawNode
+
+	propc chan proposal
+	readc chan readWaiter
+	confc chan confRequest
+	stepc *actors.Inbox[*raftpb.Message]
+
+	// Appends and Applies are the WAL writer's and applier's mailboxes.
+	Appends *actors.Inbox[Append]
+	Applies *actors.Inbox[*raftpb.Message]
+
+	term    atomic.Uint64
+	lead    atomic.Uint64
+	commit  atomic.Uint64
+	leaderc atomic.Pointer[chan struct{}] // closed when a leader is known
+
+	// pendingTraces are the contexts of proposals made since the last Ready,
+	// in proposal order: raft appends their entries in that order.
+	pendingTraces []context.Context
+	readSeq       uint64
+	readers       map[uint64][]readWaiter
+	// soleVoter is set when the configuration makes this member the only
+	// voter; it then campaigns at once instead of after an election timeout.
+	soleVoter bool
+	waitingReads  []readWaiter
+
+	stopped chan struct{}
+	stopOnce sync.Once
+}
+
+// New creates the RawNode from the log's recovered state.
+func New(cfg Config) (*Node, error) {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   cfg.Log.Storage(),
+		Applied:                   cfg.Applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           512,
+		MaxUncommittedEntriesSize: 1 << 30,
+		MaxCommittedSizePerReady:  16 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		AsyncStorageWrites:        true,
+		Logger:                    raftLogger{lg.Named("raft").Sugar()},
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create raft node: %w", err)
+	}
+	if len(cfg.Peers) > 0 {
+		if err := rn.Bootstrap(cfg.Peers); err != nil {
+			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		}
+	}
+	n := &Node{
+		cfg:     cfg,
+		lg:      lg,
+		rn:      rn,
+		propc:   make(chan proposal, 1024),
+		readc:   make(chan readWaiter, 1024),
+		confc:   make(chan confRequest),
+		stepc:   actors.NewInbox[*raftpb.Message](),
+		Appends: actors.NewInbox[Append](),
+		Applies: actors.NewInbox[*raftpb.Message](),
+		readers: make(map[uint64][]readWaiter),
+		stopped: make(chan struct{}),
+	}
+	ch := make(chan struct{})
+	n.leaderc.Store(&ch)
+	return n, nil
+}
+
+// ID is this member's raft ID.
+func (n *Node) ID() uint64 { return n.cfg.ID }
+
+// Term is the current raft term.
+func (n *Node) Term() uint64 { return n.term.Load() }
+
+// Leader is the current leader's ID, 0 if none is known.
+func (n *Node) Leader() uint64 { return n.lead.Load() }
+
+// CommitIndex is the highest index known committed.
+func (n *Node) CommitIndex() uint64 { return n.commit.Load() }
+
+// LeaderKnown returns a channel closed once a leader is known.
+func (n *Node) LeaderKnown() <-chan struct{} { return *n.leaderc.Load() }
+
+// Step delivers a message from a peer or from a local storage thread.
+func (n *Node) Step(msgs ...*raftpb.Message) { n.stepc.Put(msgs...) }
+
+// Propose hands data to raft. It returns once raft accepted or refused it
+// (raft.ErrProposalDropped when there is no leader), not when it commits.
+func (n *Node) Propose(ctx context.Context, data []byte) error {
+	p := proposal{ctx: ctx, data: data, errc: make(chan error, 1)}
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopped:
+		return ErrStopped
+	}
+	select {
+	case err := <-p.errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopped:
+		return ErrStopped
+	}
+}
+
+// ReadIndex returns an index such that a read served once the applied index
+// reaches it is linearizable. Concurrent callers share one raft round.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	w := readWaiter{ctx: ctx, reply: make(chan uint64, 1)}
+	select {
+	case n.readc <- w:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.stopped:
+		return 0, ErrStopped
+	}
+	select {
+	case idx := <-w.reply:
+		return idx, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.stopped:
+		return 0, ErrStopped
+	}
+}
+
+// ApplyConfChange applies a committed conf change to raft; the applier calls
+// it while applying the entry.
+func (n *Node) ApplyConfChange(cc raftpb.ConfChangeI) (*raftpb.ConfState, error) {
+	r := confRequest{cc: cc, reply: make(chan *raftpb.ConfState, 1)}
+	select {
+	case n.confc <- r:
+	case <-n.stopped:
+		return nil, ErrStopped
+	}
+	select {
+	case cs := <-r.reply:
+		return cs, nil
+	case <-n.stopped:
+		return nil, ErrStopped
+	}
+}
+
+// Run is the driver loop.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.stopOnce.Do(func() { close(n.stopped) })
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	if err := n.handleReady(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			n.rn.Tick()
+		case p := <-n.propc:
+			n.propose(p)
+			for i := 0; i < 256; i++ {
+				select {
+				case p = <-n.propc:
+					n.propose(p)
+					continue
+				default:
+				}
+				break
+			}
+		case <-n.stepc.Ready():
+			for _, m := range n.stepc.Take() {
+				if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepLocalMsg) {
+					n.lg.Debug("raft step", zap.Error(err), zap.Stringer("type", m.GetType()))
+				}
+			}
+		case w := <-n.readc:
+			n.waitingReads = append(n.waitingReads, w)
+			n.waitingReads = actors.Drain(n.readc, n.waitingReads, 4096)
+			n.readSeq++
+			n.readers[n.readSeq] = n.waitingReads
+			n.waitingReads = nil
+			var rctx [8]byte
+			binary.BigEndian.PutUint64(rctx[:], n.readSeq)
+			n.rn.ReadIndex(rctx[:])
+		case r := <-n.confc:
+			cs := n.rn.ApplyConfChange(r.cc)
+			r.reply <- cs
+			n.soleVoter = len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == n.cfg.ID
+		}
+		if n.soleVoter && n.lead.Load() != n.cfg.ID && n.rn.Status().RaftState == raft.StateFollower {
+			// Raft refuses while the conf change is not yet marked applied;
+			// the next turn tries again.
+			_ = n.rn.Campaign()
+		} else {
+			n.soleVoter = false
+		}
+		if err := n.handleReady(); err != nil {
+			return err
+		}
+	}
+}
+
+func (n *Node) propose(p proposal) {
+	err := n.rn.Propose(p.data)
+	if err == nil && n.lead.Load() == n.cfg.ID {
+		n.pendingTraces = append(n.pendingTraces, p.ctx)
+	}
+	p.errc <- err
+}
+
+func (n *Node) handleReady() error {
+	for n.rn.HasReady() {
+		rd := n.rn.Ready()
+		if rd.SoftState != nil {
+			n.setLeader(rd.SoftState.Lead)
+		}
+		if hs := rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
+			n.term.Store(hs.GetTerm())
+			n.commit.Store(hs.GetCommit())
+		}
+		for _, rs := range rd.ReadStates {
+			n.answerReads(rs)
+		}
+		var remote []*raftpb.Message
+		for _, m := range rd.Messages {
+			switch m.GetTo() {
+			case raft.LocalAppendThread:
+				n.Appends.Put(Append{Msg: m, Traces: n.takeTraces(m)})
+			case raft.LocalApplyThread:
+				n.Applies.Put(m)
+			default:
+				remote = append(remote, m)
+			}
+		}
+		if len(remote) > 0 && n.cfg.Send != nil {
+			n.cfg.Send(remote)
+		}
+	}
+	return nil
+}
+
+// takeTraces hands the pending proposal contexts to the append that carries
+// their entries (the first append after they were proposed, on a leader).
+func (n *Node) takeTraces(m *raftpb.Message) []context.Context {
+	if len(n.pendingTraces) == 0 || len(m.GetEntries()) == 0 {
+		return nil
+	}
+	t := n.pendingTraces
+	n.pendingTraces = nil
+	return t
+}
+
+func (n *Node) setLeader(lead uint64) {
+	old := n.lead.Swap(lead)
+	if old == lead {
+		return
+	}
+	if lead != raft.None {
+		ch := *n.leaderc.Load()
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	} else {
+		ch := make(chan struct{})
+		n.leaderc.Store(&ch)
+	}
+	n.lg.Info("raft leader changed", zap.Uint64("from", old), zap.Uint64("to", lead))
+}
+
+func (n *Node) answerReads(rs raft.ReadState) {
+	if len(rs.RequestCtx) != 8 {
+		return
+	}
+	seq := binary.BigEndian.Uint64(rs.RequestCtx)
+	// Raft answers read requests in order: every older batch is answered by
+	// this index too (it is at least as new).
+	for s, ws := range n.readers {
+		if s > seq {
+			continue
+		}
+		for _, w := range ws {
+			w.reply <- rs.Index
+		}
+		delete(n.readers, s)
+	}
+}

@@ -1,0 +1,271 @@
+// Package server wires one kvd member from its parts with fx: storage, the
+// raft log, the actors (raft driver, WAL writer, applier) and the gRPC API.
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"go.etcd.io/raft/v3"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/api"
+	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/badger"
+	"github.com/kvd-dev/kvd/pkg/backend/bolt"
+	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/raftlog"
+	"github.com/kvd-dev/kvd/pkg/raftnode"
+	"github.com/kvd-dev/kvd/pkg/tracing"
+)
+
+// Version is the etcd API version kvd speaks; Status reports it so clients
+// that look at the server version treat kvd as that etcd.
+const Version = "3.7.3"
+
+// grpcOverheadBytes is the room gRPC framing gets above max-request-bytes,
+// as in etcd.
+const grpcOverheadBytes = 512 * 1024
+
+// Module is the fx graph of one member. It needs a *config.Config and a
+// *zap.Logger supplied.
+func Module() fx.Option {
+	return fx.Options(
+		fx.Provide(
+			newTracer,
+			newBackend,
+			newStore,
+			newRaftLog,
+			NewMembership,
+			newRaftNode,
+			apply.NewRegistry,
+			newApplied,
+			newAPI,
+			newActors,
+		),
+		fx.Invoke(startActors, serveClients),
+	)
+}
+
+func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer, error) {
+	tp, shutdown, err := tracing.Setup(context.Background(), c.Tracing, lg)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	otel.SetTracerProvider(tp)
+	lc.Append(fx.Hook{OnStop: shutdown})
+	return tp.Tracer("kvd"), nil
+}
+
+func newBackend(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (backend.Backend, error) {
+	opts := backend.Options{Dir: c.BackendDir(), Sync: !c.UnsafeNoFsync}
+	var (
+		be  backend.Backend
+		err error
+	)
+	switch c.Backend.Engine {
+	case "bolt", "bbolt":
+		be, err = bolt.Open(opts, bolt.Options{
+			InitialMmapSize: int(c.Backend.Bolt.InitialMmapSize),
+			FreelistType:    c.Backend.Bolt.FreelistType,
+			NoSync:          c.UnsafeNoFsync,
+		})
+	case "badger":
+		be, err = badger.Open(opts, badger.Options{
+			Logger:         lg.Named("badger"),
+			ValueThreshold: c.Backend.Badger.ValueThreshold,
+			BlockCacheSize: c.Backend.Badger.BlockCacheSize,
+		})
+	default:
+		return nil, fmt.Errorf("backend.engine: unknown engine %q (want bolt or badger)", c.Backend.Engine)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s backend in %s: %w", c.Backend.Engine, opts.Dir, err)
+	}
+	lc.Append(fx.Hook{OnStop: func(context.Context) error { return be.Close() }})
+	return be, nil
+}
+
+func newStore(lc fx.Lifecycle, be backend.Backend, lg *zap.Logger) (*mvcc.Store, error) {
+	s, err := mvcc.Open(be, lg.Named("mvcc"))
+	if err != nil {
+		return nil, fmt.Errorf("open mvcc store: %w", err)
+	}
+	lc.Append(fx.Hook{OnStop: func(context.Context) error { return s.Close() }})
+	return s, nil
+}
+
+func newRaftLog(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (*raftlog.Log, error) {
+	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal")})
+	if err != nil {
+		return nil, fmt.Errorf("open wal %s: %w", c.WALPath(), err)
+	}
+	lc.Append(fx.Hook{OnStop: func(context.Context) error { return l.Close() }})
+	return l, nil
+}
+
+func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, m *Membership, tr trace.Tracer, lg *zap.Logger) (*raftnode.Node, error) {
+	var peers []raft.Peer
+	if l.IsNew() {
+		if st.ConsistentIndex() > 0 {
+			return nil, fmt.Errorf("data-dir %s: the backend holds applied data (index %d) but the WAL in %s is empty; refusing to start a new member over it",
+				c.DataDir, st.ConsistentIndex(), c.WALPath())
+		}
+		if c.InitialClusterState == "new" {
+			for _, mem := range m.Members() {
+				peers = append(peers, raft.Peer{ID: mem.ID})
+			}
+		}
+	}
+	snap, err := l.Storage().Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("read raft snapshot: %w", err)
+	}
+	return raftnode.New(raftnode.Config{
+		ID:             m.Self(),
+		Peers:          peers,
+		Applied:        snap.GetMetadata().GetIndex(),
+		TickInterval:   c.HeartbeatDuration(),
+		ElectionTicks:  c.ElectionTicks(),
+		HeartbeatTicks: 1,
+		Log:            l,
+		Logger:         lg,
+		Tracer:         tr,
+	})
+}
+
+func newApplied(st *mvcc.Store) *apply.Applied { return apply.NewApplied(st.ConsistentIndex()) }
+
+func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, tr trace.Tracer, lg *zap.Logger) *api.Server {
+	return api.New(api.Config{
+		MaxTxnOps:       int(c.MaxTxnOps),
+		MaxRequestBytes: int(c.MaxRequestBytes),
+		RequestTimeout:  5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond,
+		QuotaBytes:      c.QuotaBytes(),
+		Version:         Version,
+	}, api.Deps{Raft: n, Store: st, Backend: be, Registry: reg, Applied: ap, Cluster: m, Tracer: tr, Logger: lg})
+}
+
+// Actors are the member's running actors.
+type Actors struct {
+	Group   *actors.Group
+	Node    *raftnode.Node
+	WAL     *raftnode.WALWriter
+	Applier *apply.Applier
+}
+
+func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, be backend.Backend,
+	reg *apply.Registry, ap *apply.Applied, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
+	snap, err := l.Storage().Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("read raft snapshot: %w", err)
+	}
+	g := actors.NewGroup(lg, func(err error) {
+		lg.Error("member stopping after an actor failed", zap.Error(err))
+		_ = sd.Shutdown(fx.ExitCode(1))
+	})
+	a := &Actors{
+		Group: g,
+		Node:  n,
+		WAL:   raftnode.NewWALWriter(l, n, tr),
+		Applier: apply.New(apply.Config{
+			Store:         st,
+			Raft:          n,
+			Inbox:         n.Applies,
+			Registry:      reg,
+			Applied:       ap,
+			Snapshots:     l,
+			SyncBackend:   be.Sync,
+			SnapshotCount: c.SnapshotCount,
+			SnapshotIndex: snap.GetMetadata().GetIndex(),
+			ConfState:     snap.GetMetadata().GetConfState(),
+			Tracer:        tr,
+			Logger:        lg.Named("apply"),
+		}),
+	}
+	g.Hook(lc)
+	return a, nil
+}
+
+func startActors(lc fx.Lifecycle, a *Actors) {
+	lc.Append(fx.Hook{OnStart: func(context.Context) error {
+		a.Group.Go("raft", a.Node)
+		a.Group.Go("wal", a.WAL)
+		a.Group.Go("applier", a.Applier)
+		return nil
+	}})
+}
+
+func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logger) error {
+	urls, err := c.ClientURLs()
+	if err != nil {
+		return fmt.Errorf("listen-client-urls: %w", err)
+	}
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(int(c.MaxRequestBytes)+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: false}),
+	)
+	s.Register(g)
+	var lns []net.Listener
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			for _, u := range urls {
+				ln, err := listen(u)
+				if err != nil {
+					for _, l := range lns {
+						l.Close()
+					}
+					return err
+				}
+				lns = append(lns, ln)
+			}
+			for _, ln := range lns {
+				lg.Info("serving client requests", zap.String("address", ln.Addr().String()))
+				go func(ln net.Listener) {
+					if err := g.Serve(ln); err != nil {
+						lg.Warn("grpc serve ended", zap.Error(err))
+					}
+				}(ln)
+			}
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			done := make(chan struct{})
+			go func() { g.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				g.Stop()
+			case <-time.After(3 * time.Second):
+				g.Stop()
+			}
+			return nil
+		},
+	})
+	return nil
+}
+
+func listen(u url.URL) (net.Listener, error) {
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("listen-client-urls: %s: only http is served so far", u.String())
+	}
+	ln, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("listen-client-urls: listen on %s: %w", u.Host, err)
+	}
+	return ln, nil
+}
