@@ -52,7 +52,9 @@ func run(args []string) int {
 
 	app := fx.New(
 		fx.Supply(cfg, lg),
-		fx.WithLogger(func() fxevent.Logger { return &fxevent.ZapLogger{Logger: lg.Named("fx").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))} }),
+		fx.WithLogger(func() fxevent.Logger {
+			return &fxevent.ZapLogger{Logger: lg.Named("fx").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))}
+		}),
 		fx.StopTimeout(15*time.Second),
 		server.Module(),
 	)

@@ -93,10 +93,10 @@ type Node struct {
 	readers       map[uint64][]readWaiter
 	// soleVoter is set when the configuration makes this member the only
 	// voter; it then campaigns at once instead of after an election timeout.
-	soleVoter bool
-	waitingReads  []readWaiter
+	soleVoter    bool
+	waitingReads []readWaiter
 
-	stopped chan struct{}
+	stopped  chan struct{}
 	stopOnce sync.Once
 }
 

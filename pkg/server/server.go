@@ -10,9 +10,9 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"go.etcd.io/raft/v3"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
