@@ -1,0 +1,20 @@
+# The test command of the README. The unit suite runs with the race detector;
+# the e2e module (real kvd, etcd and etcdctl processes) runs after it.
+GO ?= go
+
+.PHONY: test unit e2e build bench
+
+test: unit e2e
+
+unit:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 15m ./...
+
+e2e:
+	cd e2e && $(GO) test -timeout 30m ./...
+
+build:
+	$(GO) build -o bin/kvd ./cmd/kvd
+
+bench:
+	./scripts/bench.sh
