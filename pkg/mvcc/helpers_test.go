@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -58,7 +59,7 @@ func (ts *testStore) open() {
 	if err != nil {
 		ts.t.Fatalf("open %s backend: %v", ts.e.name, err)
 	}
-	s, err := open(be, zaptest.NewLogger(ts.t), ts.cfg)
+	s, err := open(be, testLogger(ts.t), ts.cfg)
 	if err != nil {
 		_ = be.Close()
 		ts.t.Fatalf("open store: %v", err)
@@ -212,4 +213,12 @@ func eqKVs(a, b []kv) bool {
 		}
 	}
 	return true
+}
+
+// testLogger logs through t in tests; benchmarks stay quiet.
+func testLogger(t testing.TB) *zap.Logger {
+	if _, ok := t.(*testing.B); ok {
+		return zap.NewNop()
+	}
+	return zaptest.NewLogger(t)
 }

@@ -34,18 +34,17 @@ var (
 
 // revToBytes encodes rev as a Key bucket key, with the tombstone mark if tomb.
 func revToBytes(rev index.Revision, tomb bool) []byte {
-	n := revBytesLen
+	return appendRev(make([]byte, 0, markedRevBytesLen), rev, tomb)
+}
+
+func appendRev(dst []byte, rev index.Revision, tomb bool) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(rev.Main))
+	dst = append(dst, '_')
+	dst = binary.BigEndian.AppendUint64(dst, uint64(rev.Sub))
 	if tomb {
-		n = markedRevBytesLen
+		dst = append(dst, markTombstone)
 	}
-	b := make([]byte, n)
-	binary.BigEndian.PutUint64(b, uint64(rev.Main))
-	b[8] = '_'
-	binary.BigEndian.PutUint64(b[9:], uint64(rev.Sub))
-	if tomb {
-		b[revBytesLen] = markTombstone
-	}
-	return b
+	return dst
 }
 
 // bytesToRev decodes a Key bucket key.

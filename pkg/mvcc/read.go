@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
@@ -118,8 +117,10 @@ func rangeKeys(idx *index.Index, tx backend.ReadTx, key, end []byte, curRev, com
 		return res, nil
 	}
 	res.KVs = make([]mvccpb.KeyValue, len(revs))
+	var rk []byte
 	for i, r := range revs {
-		v, ok, err := tx.Get(backend.Key, revToBytes(r, false))
+		rk = appendRev(rk[:0], r, false)
+		v, ok, err := tx.Get(backend.Key, rk)
 		if err != nil {
 			return nil, fmt.Errorf("mvcc range: read revision %v: %w", r, err)
 		}
@@ -127,7 +128,7 @@ func rangeKeys(idx *index.Index, tx backend.ReadTx, key, end []byte, curRev, com
 			// The index and the backend disagree: a bug, not a user error.
 			return nil, fmt.Errorf("mvcc range: revision %v of key %q is in the index but not in the backend", r, key)
 		}
-		if err := proto.Unmarshal(v, &res.KVs[i]); err != nil {
+		if err := unmarshalKV(v, &res.KVs[i]); err != nil {
 			return nil, fmt.Errorf("mvcc range: unmarshal revision %v: %w", r, err)
 		}
 	}

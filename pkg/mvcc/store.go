@@ -18,7 +18,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
@@ -168,8 +167,7 @@ func (s *Store) restore() (scheduled int64, err error) {
 			rangeErr = err
 			return false
 		}
-		kv.Reset()
-		if err := proto.Unmarshal(v, &kv); err != nil {
+		if err := unmarshalKV(v, &kv); err != nil {
 			rangeErr = fmt.Errorf("unmarshal key value at %v: %w", rev, err)
 			return false
 		}

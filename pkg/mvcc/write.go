@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
@@ -161,11 +160,7 @@ func (t *TxnWrite) Put(key, value []byte, lease int64) int64 {
 		Version:        ver + 1,
 		Lease:          lease,
 	}
-	d, err := proto.Marshal(kv)
-	if err != nil && t.b.err == nil {
-		t.b.err = fmt.Errorf("marshal key value %q: %w", key, err)
-	}
-	t.b.put(backend.Key, revToBytes(idxRev, false), d)
+	t.b.put(backend.Key, revToBytes(idxRev, false), marshalKV(kv))
 	t.b.s.idx.Put(key, idxRev)
 	t.events = append(t.events, &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: kv})
 	return rev
@@ -186,11 +181,7 @@ func (t *TxnWrite) DeleteRange(key, end []byte) (n, rev int64) {
 func (t *TxnWrite) delete(key []byte) {
 	rev := t.beginRev + 1
 	idxRev := index.Revision{Main: rev, Sub: int64(len(t.events))}
-	d, err := proto.Marshal(&mvccpb.KeyValue{Key: key})
-	if err != nil && t.b.err == nil {
-		t.b.err = fmt.Errorf("marshal tombstone %q: %w", key, err)
-	}
-	t.b.put(backend.Key, revToBytes(idxRev, true), d)
+	t.b.put(backend.Key, revToBytes(idxRev, true), marshalKV(&mvccpb.KeyValue{Key: key}))
 	if err := t.b.s.idx.Tombstone(key, idxRev); err != nil && t.b.err == nil {
 		t.b.err = fmt.Errorf("tombstone %q at %v: %w", key, idxRev, err)
 	}

@@ -1,0 +1,110 @@
+package mvcc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// The Key bucket's values are mvccpb.KeyValue in protobuf wire format. They
+// are encoded here by hand, on the hot path, without reflection; the bytes are
+// what proto.Marshal produces (fields in number order, zero values omitted),
+// which codec_test checks, so HashKV stays etcd's.
+
+const (
+	fieldKey            = 1
+	fieldCreateRevision = 2
+	fieldModRevision    = 3
+	fieldVersion        = 4
+	fieldValue          = 5
+	fieldLease          = 6
+)
+
+func appendKV(dst []byte, kv *mvccpb.KeyValue) []byte {
+	if len(kv.Key) > 0 {
+		dst = protowire.AppendTag(dst, fieldKey, protowire.BytesType)
+		dst = protowire.AppendBytes(dst, kv.Key)
+	}
+	for _, f := range []struct {
+		num protowire.Number
+		v   int64
+	}{{fieldCreateRevision, kv.CreateRevision}, {fieldModRevision, kv.ModRevision}, {fieldVersion, kv.Version}} {
+		if f.v != 0 {
+			dst = protowire.AppendTag(dst, f.num, protowire.VarintType)
+			dst = protowire.AppendVarint(dst, uint64(f.v))
+		}
+	}
+	if len(kv.Value) > 0 {
+		dst = protowire.AppendTag(dst, fieldValue, protowire.BytesType)
+		dst = protowire.AppendBytes(dst, kv.Value)
+	}
+	if kv.Lease != 0 {
+		dst = protowire.AppendTag(dst, fieldLease, protowire.VarintType)
+		dst = protowire.AppendVarint(dst, uint64(kv.Lease))
+	}
+	return dst
+}
+
+// kvSize bounds the encoded size: six one-byte tags, two length prefixes
+// and four varints of at most binary.MaxVarintLen64 bytes each.
+func kvSize(kv *mvccpb.KeyValue) int {
+	return len(kv.Key) + len(kv.Value) + 6 + 6*binary.MaxVarintLen64
+}
+
+func marshalKV(kv *mvccpb.KeyValue) []byte {
+	return appendKV(make([]byte, 0, kvSize(kv)), kv)
+}
+
+// unmarshalKV decodes b into kv. Key and Value share one copy of b, so kv
+// does not alias b. Unknown fields are skipped.
+func unmarshalKV(b []byte, kv *mvccpb.KeyValue) error {
+	kv.Reset()
+	buf := bytes.Clone(b)
+	for len(buf) > 0 {
+		num, typ, n := protowire.ConsumeTag(buf)
+		if n < 0 {
+			return fmt.Errorf("decode key value: %w", protowire.ParseError(n))
+		}
+		buf = buf[n:]
+		switch {
+		case typ == protowire.BytesType && (num == fieldKey || num == fieldValue):
+			v, n := protowire.ConsumeBytes(buf)
+			if n < 0 {
+				return fmt.Errorf("decode key value field %d: %w", num, protowire.ParseError(n))
+			}
+			v = v[:len(v):len(v)]
+			if num == fieldKey {
+				kv.Key = v
+			} else {
+				kv.Value = v
+			}
+			buf = buf[n:]
+		case typ == protowire.VarintType && num >= fieldCreateRevision && num <= fieldLease && num != fieldValue:
+			v, n := protowire.ConsumeVarint(buf)
+			if n < 0 {
+				return fmt.Errorf("decode key value field %d: %w", num, protowire.ParseError(n))
+			}
+			switch num {
+			case fieldCreateRevision:
+				kv.CreateRevision = int64(v)
+			case fieldModRevision:
+				kv.ModRevision = int64(v)
+			case fieldVersion:
+				kv.Version = int64(v)
+			case fieldLease:
+				kv.Lease = int64(v)
+			}
+			buf = buf[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, buf)
+			if n < 0 {
+				return fmt.Errorf("decode key value field %d: %w", num, protowire.ParseError(n))
+			}
+			buf = buf[n:]
+		}
+	}
+	return nil
+}
