@@ -1,0 +1,606 @@
+// Package badger implements backend.Backend on Badger, an LSM tree with a
+// separate value log.
+//
+// Buckets are key prefixes. A stored key is
+//
+//	0x01 | len(bucket) | bucket | key
+//
+// The leading namespace byte keeps clear of Badger's internal "!badger!" keys;
+// the length byte makes the prefixes prefix-free, so bucket "key" never sees
+// the keys of "keyx" and ("ke", "yx") never meets ("key", "x").
+//
+// An Update is one Badger transaction, committed all or nothing. Badger bounds
+// a transaction by its memtable size; Options.MaxUpdateBytes sizes the
+// memtables so that one Update holds at least that much (see there). A bigger
+// Update fails with backend.ErrUpdateTooLarge and commits nothing.
+//
+// Files live in Dir/<name>, where Dir/CURRENT names the live subdirectory
+// (default "data"); Restore builds a new subdirectory and switches CURRENT,
+// so a crash during Restore leaves the old data in place.
+package badger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
+)
+
+const (
+	// nsData is the first byte of every key kvd stores.
+	nsData = 0x01
+
+	currentFile    = "CURRENT"
+	defaultDataDir = "data"
+
+	// sizeTTL bounds how stale Size may be; computing it walks the directory.
+	sizeTTL = time.Second
+	// gcRounds bounds the value log files one Defrag rewrites.
+	gcRounds = 64
+)
+
+// Options tune Badger. The zero value gives the defaults.
+type Options struct {
+	// Logger receives Badger's warnings and errors; its info and debug
+	// messages go to Debug. Nil discards everything.
+	Logger *zap.Logger
+	// MaxUpdateBytes is the least one Update is guaranteed to hold, counted
+	// as the sum over its writes of len(key) + len(value) + len(bucket) + 14
+	// (a value of ValueThreshold bytes or more counts 12, as it goes to the
+	// value log); an Update also holds at most MaxUpdateBytes/96 writes.
+	// Badger needs memtables of 100/15 of this size: the default, 64 MiB,
+	// gives ~430 MiB memtables (heap arenas touched only as they fill, and
+	// sparse files). At most 256 MiB. Default: 64 MiB.
+	MaxUpdateBytes int64
+	// NumMemtables is how many full memtables may wait for flushing before
+	// writes stall. Default: 2.
+	NumMemtables int
+	// ValueThreshold: values this size or larger are kept in the value log
+	// instead of the LSM tree. Default: 32 KiB.
+	ValueThreshold int64
+	// BlockCacheSize is the cache for LSM blocks. Default: Badger's (256 MiB).
+	BlockCacheSize int64
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MaxUpdateBytes <= 0 {
+		o.MaxUpdateBytes = 64 << 20
+	}
+	if o.MaxUpdateBytes > 256<<20 {
+		return o, fmt.Errorf("badger max update bytes %d: at most %d", o.MaxUpdateBytes, 256<<20)
+	}
+	if o.NumMemtables <= 0 {
+		o.NumMemtables = 2
+	}
+	if o.ValueThreshold <= 0 {
+		o.ValueThreshold = 32 << 10
+	}
+	if o.ValueThreshold > 1<<20 || o.ValueThreshold > o.MaxUpdateBytes {
+		return o, fmt.Errorf("badger value threshold %d: at most 1 MiB and at most max update bytes", o.ValueThreshold)
+	}
+	return o, nil
+}
+
+func (o Options) badgerOptions(dir string, sync bool) badger.Options {
+	// Badger's transaction limit is 15% of the memtable size; round up so
+	// that limit is at least MaxUpdateBytes.
+	memTable := (o.MaxUpdateBytes*100 + 14) / 15
+	bo := badger.DefaultOptions(dir).
+		WithLogger(newLogger(o.Logger)).
+		WithSyncWrites(sync).
+		WithMemTableSize(memTable).
+		WithNumMemtables(o.NumMemtables).
+		WithValueThreshold(o.ValueThreshold).
+		WithNumVersionsToKeep(1).
+		// Update serialises writers itself, so there is nothing to detect.
+		WithDetectConflicts(false).
+		// Metrics are process-global expvars keyed by directory; Size walks
+		// the directory instead.
+		WithMetricsEnabled(false)
+	if o.BlockCacheSize > 0 {
+		bo = bo.WithBlockCacheSize(o.BlockCacheSize)
+	}
+	return bo
+}
+
+// Backend is a Badger-backed backend.Backend.
+type Backend struct {
+	dir string // the live data subdirectory
+	db  *badger.DB
+
+	gate gate.Gate // every operation and every open ReadTx holds it
+	// writeMu serialises Update and Defrag, so transactions never conflict.
+	writeMu sync.Mutex
+
+	sizeMu sync.Mutex
+	sizeAt time.Time
+	size   int64
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open opens (creating if needed) the Badger database in opts.Dir. opts.Sync
+// maps to Badger's SyncWrites. Without it a commit is still atomic and
+// crash-consistent: replay after a crash stops at the first incomplete
+// transaction in the memtable log.
+func Open(opts backend.Options, bo Options) (*Backend, error) {
+	bo, err := bo.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create badger dir %s: %w", opts.Dir, err)
+	}
+	name, err := readCurrent(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := removeStale(opts.Dir, name); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(opts.Dir, name)
+	db, err := badger.Open(bo.badgerOptions(dir, opts.Sync))
+	if err != nil {
+		return nil, fmt.Errorf("open badger db %s: %w", dir, err)
+	}
+	return &Backend{dir: dir, db: db}, nil
+}
+
+// readCurrent returns the live subdirectory named by Dir/CURRENT.
+func readCurrent(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, currentFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return defaultDataDir, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", filepath.Join(dir, currentFile), err)
+	}
+	name := strings.TrimSpace(string(b))
+	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		return "", fmt.Errorf("read %s: bad subdirectory name %q", filepath.Join(dir, currentFile), name)
+	}
+	return name, nil
+}
+
+// removeStale deletes what an interrupted Restore left: data subdirectories
+// other than the live one, and a half-written CURRENT.
+func removeStale(dir, live string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list badger dir %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		stale := n == currentFile+".tmp" ||
+			(e.IsDir() && n != live && (n == defaultDataDir || strings.HasPrefix(n, defaultDataDir+"-")))
+		if !stale {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return fmt.Errorf("remove stale %s: %w", filepath.Join(dir, n), err)
+		}
+	}
+	return nil
+}
+
+// ReadTx implements backend.Backend.
+func (be *Backend) ReadTx() (backend.ReadTx, error) {
+	if !be.gate.Enter() {
+		return nil, backend.ErrClosed
+	}
+	return &readTx{txn: be.db.NewTransaction(false), exit: be.gate.Exit}, nil
+}
+
+// Update implements backend.Backend.
+func (be *Backend) Update(fn func(backend.WriteTx) error) error {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	be.writeMu.Lock()
+	defer be.writeMu.Unlock()
+	txn := be.db.NewTransaction(true)
+	defer txn.Discard()
+	w := &writeTx{readTx: readTx{txn: txn}}
+	ferr := fn(w)
+	w.done = true
+	if ferr != nil {
+		return ferr
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("commit badger txn in %s: %w", be.dir, err)
+	}
+	return nil
+}
+
+// Size is the disk space of the data directory: blocks actually allocated,
+// since Badger's memtable and value logs are large sparse files. It may lag
+// by up to a second.
+func (be *Backend) Size() int64 {
+	be.sizeMu.Lock()
+	defer be.sizeMu.Unlock()
+	if now := time.Now(); now.Sub(be.sizeAt) >= sizeTTL {
+		if n, err := diskUsage(be.dir); err == nil {
+			be.size, be.sizeAt = n, now
+		}
+	}
+	return be.size
+}
+
+// SizeInUse is Size: Badger cannot tell live from dead bytes cheaply.
+func (be *Backend) SizeInUse() int64 { return be.Size() }
+
+func diskUsage(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // removed by a compaction while we walked
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		total += allocated(fi)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %w", dir, err)
+	}
+	return total, nil
+}
+
+// Snapshot streams every live key at one read timestamp in Badger's backup
+// format (DB.Backup), which Restore loads.
+func (be *Backend) Snapshot(w io.Writer) (int64, error) {
+	if !be.gate.Enter() {
+		return 0, backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	cw := &countingWriter{w: w}
+	stream := be.db.NewStream()
+	stream.Prefix = []byte{nsData}
+	stream.LogPrefix = "kvd snapshot"
+	if _, err := stream.Backup(cw, 0); err != nil {
+		return cw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+	}
+	return cw.n, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Defrag compacts the LSM tree into one level, dropping overwritten and
+// deleted versions that no open ReadTx can see, then rewrites value log files
+// that are at least half garbage. Writers wait while it runs.
+func (be *Backend) Defrag() error {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	be.writeMu.Lock()
+	defer be.writeMu.Unlock()
+	if err := be.db.Flatten(2); err != nil {
+		return fmt.Errorf("defrag: flatten %s: %w", be.dir, err)
+	}
+	for i := 0; i < gcRounds; i++ {
+		err := be.db.RunValueLogGC(0.5)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("defrag: value log gc in %s: %w", be.dir, err)
+		}
+	}
+	be.sizeMu.Lock()
+	be.sizeAt = time.Time{}
+	be.sizeMu.Unlock()
+	return nil
+}
+
+// Sync implements backend.Backend.
+func (be *Backend) Sync() error {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	if err := be.db.Sync(); err != nil {
+		return fmt.Errorf("sync badger db %s: %w", be.dir, err)
+	}
+	return nil
+}
+
+// Close implements backend.Backend. Every Badger goroutine has ended when it
+// returns.
+func (be *Backend) Close() error {
+	if !be.gate.Close() {
+		return nil
+	}
+	if err := be.db.Close(); err != nil {
+		return fmt.Errorf("close badger db %s: %w", be.dir, err)
+	}
+	return nil
+}
+
+// Restore replaces the database in opts.Dir with a stream written by
+// Snapshot. The backend on opts.Dir must be closed. The stream is loaded into
+// a new subdirectory, which CURRENT then names; the old data is removed only
+// after that switch, so a failed or interrupted Restore keeps it.
+func Restore(opts backend.Options, bo Options, r io.Reader) error {
+	bo, err := bo.withDefaults()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return fmt.Errorf("restore: create badger dir %s: %w", opts.Dir, err)
+	}
+	old, err := readCurrent(opts.Dir)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	name := fmt.Sprintf("%s-%d", defaultDataDir, time.Now().UnixNano())
+	dir := filepath.Join(opts.Dir, name)
+	db, err := badger.Open(bo.badgerOptions(dir, true))
+	if err != nil {
+		return fmt.Errorf("restore: open badger db %s: %w", dir, err)
+	}
+	if err := load(db, r); err != nil {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("restore: load snapshot into %s: %w", dir, err)
+	}
+	if err := db.Close(); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("restore: close %s: %w", dir, err)
+	}
+	if err := writeCurrent(opts.Dir, name); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("restore: %w", err)
+	}
+	if err := os.RemoveAll(filepath.Join(opts.Dir, old)); err != nil {
+		return fmt.Errorf("restore: remove old data %s: %w", old, err)
+	}
+	return nil
+}
+
+// load runs DB.Load, which panics on some malformed streams (it trusts the
+// length prefixes it reads); a bad snapshot from a peer must be an error.
+func load(db *badger.DB, r io.Reader) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed snapshot: %v", p)
+		}
+	}()
+	return db.Load(r, 256)
+}
+
+// writeCurrent atomically points Dir/CURRENT at name.
+func writeCurrent(dir, name string) error {
+	tmp := filepath.Join(dir, currentFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	_, err = f.WriteString(name + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, currentFile)); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// bucketPrefix returns the key prefix of bucket b, with spare capacity for
+// n more bytes.
+func bucketPrefix(b backend.Bucket, n int) ([]byte, error) {
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	p := make([]byte, 0, 2+len(b)+n)
+	p = append(p, nsData, byte(len(b)))
+	return append(p, b...), nil
+}
+
+type readTx struct {
+	txn  *badger.Txn
+	exit func() // nil for a writeTx
+	// done is set by Release (readTx) or when Update returns (writeTx).
+	done bool
+}
+
+func (r *readTx) Get(b backend.Bucket, key []byte) ([]byte, bool, error) {
+	if r.done {
+		return nil, false, backend.ErrTxDone
+	}
+	k, err := bucketPrefix(b, len(key))
+	if err != nil || len(key) == 0 {
+		return nil, false, err
+	}
+	k = append(k, key...)
+	item, err := r.txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("badger get in bucket %s: %w", b, err)
+	}
+	// Badger's value slices are valid only inside item.Value's callback.
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("badger read value in bucket %s: %w", b, err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+func (r *readTx) Range(b backend.Bucket, start, end []byte, limit int, fn func(k, v []byte) bool) error {
+	if r.done {
+		return backend.ErrTxDone
+	}
+	prefix, err := bucketPrefix(b, len(start))
+	if err != nil {
+		return err
+	}
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil
+	}
+	it := r.txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	n := 0
+	for it.Seek(append(prefix, start...)); it.Valid(); it.Next() {
+		item := it.Item()
+		k := item.Key()[len(prefix):]
+		if end != nil && bytes.Compare(k, end) >= 0 {
+			return nil
+		}
+		cont := true
+		err := item.Value(func(v []byte) error {
+			if v == nil {
+				v = []byte{}
+			}
+			cont = fn(k, v)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("badger read value in bucket %s: %w", b, err)
+		}
+		if n++; !cont || (limit > 0 && n >= limit) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *readTx) Release() {
+	if r.done || r.exit == nil {
+		return
+	}
+	r.done = true
+	r.txn.Discard()
+	r.exit()
+}
+
+type writeTx struct {
+	readTx
+	err error // first failed write; Update then commits nothing
+}
+
+func (w *writeTx) Release() {}
+
+func (w *writeTx) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return err
+}
+
+func (w *writeTx) Put(b backend.Bucket, key, value []byte) error {
+	if w.done {
+		return backend.ErrTxDone
+	}
+	if len(key) == 0 {
+		return w.fail(fmt.Errorf("badger put in bucket %s: empty key", b))
+	}
+	// One allocation holds the stored key and a copy of the value: Badger
+	// keeps both slices until commit, and callers may reuse theirs.
+	buf, err := bucketPrefix(b, len(key)+len(value))
+	if err != nil {
+		return w.fail(err)
+	}
+	buf = append(buf, key...)
+	k := buf[:len(buf):len(buf)]
+	buf = append(buf, value...)
+	if err := w.txn.Set(k, buf[len(k):]); err != nil {
+		return w.fail(writeErr("put", b, err))
+	}
+	return nil
+}
+
+func (w *writeTx) Delete(b backend.Bucket, key []byte) error {
+	if w.done {
+		return backend.ErrTxDone
+	}
+	k, err := bucketPrefix(b, len(key))
+	if err != nil {
+		return w.fail(err)
+	}
+	if len(key) == 0 {
+		return nil
+	}
+	if err := w.txn.Delete(append(k, key...)); err != nil {
+		return w.fail(writeErr("delete", b, err))
+	}
+	return nil
+}
+
+func writeErr(op string, b backend.Bucket, err error) error {
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		return fmt.Errorf("badger %s in bucket %s: %w (raise badger MaxUpdateBytes or split the update): %w",
+			op, b, backend.ErrUpdateTooLarge, err)
+	}
+	return fmt.Errorf("badger %s in bucket %s: %w", op, b, err)
+}
+
+// logger routes Badger's log to zap, demoting its chatty info to debug.
+type logger struct{ s *zap.SugaredLogger }
+
+func newLogger(l *zap.Logger) logger {
+	if l == nil {
+		l = zap.NewNop()
+	}
+	return logger{s: l.Named("badger").Sugar()}
+}
+
+func (l logger) Errorf(f string, a ...any)   { l.s.Errorf(strings.TrimSpace(f), a...) }
+func (l logger) Warningf(f string, a ...any) { l.s.Warnf(strings.TrimSpace(f), a...) }
+func (l logger) Infof(f string, a ...any)    { l.s.Debugf(strings.TrimSpace(f), a...) }
+func (l logger) Debugf(f string, a ...any)   { l.s.Debugf(strings.TrimSpace(f), a...) }
