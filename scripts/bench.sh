@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: kvd (bolt), kvd (badger) and etcd v3.7.3, each a
+# fresh single member on loopback, driven one at a time by tools/bench with the
+# same settings. Prints a markdown table and the kvd/etcd ratios on stdout;
+# progress goes to stderr. See docs/benchmarks.md.
+#
+# A server that cannot be built or started gets "failed" rows; the others run.
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+usage: scripts/bench.sh [options]
+
+  -d, --duration D     measure each workload for D (default 4s; env BENCH_DURATION)
+  -n, --total N        measure N requests per workload instead of a duration
+                       (env BENCH_TOTAL)
+  -w, --warmup D       unrecorded warm-up before each workload (default 1s;
+                       env BENCH_WARMUP)
+  -c, --clients N      concurrent request loops (default 100; env BENCH_CLIENTS)
+      --conns N        gRPC connections (default 10; env BENCH_CONNS)
+  -s, --servers LIST   servers to run, in order (default "kvd-bolt kvd-badger etcd";
+                       env BENCH_SERVERS)
+      --workloads LIST workloads to run (default "put range-key-s range-key-l
+                       range-prefix-s txn"; env BENCH_WORKLOADS)
+      --port P         client port P, peer port P+1 (default 23790; env BENCH_PORT)
+  -o, --out FILE       also write the tables to FILE
+  -h, --help
+
+Binaries: bin/kvd is built from ./cmd/kvd and bin/etcd from e2e/cmd/etcd,
+unless KVD_BIN or ETCD_BIN name one to use.
+A quick run (the defaults) takes about a minute and a half.
+EOF
+}
+
+duration=${BENCH_DURATION:-4s}
+total=${BENCH_TOTAL:-}
+warmup=${BENCH_WARMUP:-1s}
+clients=${BENCH_CLIENTS:-100}
+conns=${BENCH_CONNS:-10}
+servers=${BENCH_SERVERS:-"kvd-bolt kvd-badger etcd"}
+workloads=${BENCH_WORKLOADS:-"put range-key-s range-key-l range-prefix-s txn"}
+port=${BENCH_PORT:-23790}
+out=""
+# A hung server must not hang the script: each tool run gets this long.
+run_timeout=${BENCH_RUN_TIMEOUT:-300}
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	-d | --duration) duration=$2; total=""; shift 2 ;;
+	-n | --total) total=$2; shift 2 ;;
+	-w | --warmup) warmup=$2; shift 2 ;;
+	-c | --clients) clients=$2; shift 2 ;;
+	--conns) conns=$2; shift 2 ;;
+	-s | --servers) servers=$2; shift 2 ;;
+	--workloads) workloads=$2; shift 2 ;;
+	--port) port=$2; shift 2 ;;
+	-o | --out) out=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 1 ;;
+	esac
+done
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+peer_port=$((port + 1))
+client_url=http://127.0.0.1:$port
+peer_url=http://127.0.0.1:$peer_port
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-bench.XXXXXX")
+server_pid=""
+reason=""
+
+log() { printf 'bench.sh: %s\n' "$*" >&2; }
+
+stop_server() {
+	[ -n "$server_pid" ] || return 0
+	kill "$server_pid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		kill -0 "$server_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$server_pid" 2>/dev/null || true
+	wait "$server_pid" 2>/dev/null || true
+	server_pid=""
+}
+
+cleanup() {
+	stop_server
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# workload_args NAME: the tool's command line for one workload.
+workload_args() {
+	case $1 in
+	put) echo "put --key-size 8 --val-size 256 --key-space-size 10000" ;;
+	range-key-s) echo "range --key bench/key --preload 1 --val-size 256 --consistency s" ;;
+	range-key-l) echo "range --key bench/key --preload 1 --val-size 256 --consistency l" ;;
+	range-prefix-s) echo "range --prefix bench/prefix/ --preload 1000 --val-size 256 --consistency s" ;;
+	txn) echo "txn --txn-ops 1 --key-size 8 --val-size 256 --key-space-size 10000" ;;
+	*) return 1 ;;
+	esac
+}
+
+workload_label() {
+	case $1 in
+	put) echo "put" ;;
+	range-key-s) echo "range 1 key, serializable" ;;
+	range-key-l) echo "range 1 key, linearizable" ;;
+	range-prefix-s) echo "range 1,000-key prefix, serializable" ;;
+	txn) echo "txn compare-and-put" ;;
+	esac
+}
+
+for w in $workloads; do
+	workload_args "$w" >/dev/null || { echo "bench.sh: unknown workload $w" >&2; exit 1; }
+done
+
+bound=(--duration "$duration")
+[ -n "$total" ] && bound=(--total "$total")
+
+mkdir -p bin
+log "building bin/bench"
+go build -o bin/bench ./tools/bench
+bench=$root/bin/bench
+
+declare -A bin_of missing
+want() { case " $servers " in *" $1"*) return 0 ;; esac; return 1; }
+
+if want kvd; then
+	if [ -n "${KVD_BIN:-}" ]; then
+		bin_of[kvd]=$KVD_BIN
+	elif [ ! -d cmd/kvd ] || [ -z "$(ls cmd/kvd/*.go 2>/dev/null)" ]; then
+		missing[kvd]="no ./cmd/kvd to build"
+	else
+		log "building bin/kvd"
+		if go build -o bin/kvd ./cmd/kvd 2>"$work/kvd-build.log"; then
+			bin_of[kvd]=$root/bin/kvd
+		else
+			missing[kvd]="build failed: $(head -1 "$work/kvd-build.log")"
+		fi
+	fi
+fi
+if want etcd; then
+	if [ -n "${ETCD_BIN:-}" ]; then
+		bin_of[etcd]=$ETCD_BIN
+	elif [ ! -f e2e/cmd/etcd/main.go ]; then
+		missing[etcd]="no e2e/cmd/etcd to build (set ETCD_BIN)"
+	else
+		log "building bin/etcd (v3.7.3, from the e2e module)"
+		if (cd e2e && go build -o ../bin/etcd ./cmd/etcd) 2>"$work/etcd-build.log"; then
+			bin_of[etcd]=$root/bin/etcd
+		else
+			missing[etcd]="build failed: $(head -1 "$work/etcd-build.log")"
+		fi
+	fi
+fi
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start_server SERVER: start a fresh member and wait until it serves a
+# linearizable read (so it has a leader). Returns 1 with the reason in
+# $reason. Not for a subshell: it sets $server_pid for the cleanup.
+start_server() {
+	local s=$1 kind=${1%%-*} data=$work/$1.data
+	local srv_log=$work/$1.log
+	if [ -n "${missing[$kind]:-}" ]; then
+		reason=${missing[$kind]}
+		return 1
+	fi
+	if port_busy "$port" || port_busy "$peer_port"; then
+		reason="port $port or $peer_port already in use"
+		return 1
+	fi
+	local args=(--name b --data-dir "$data"
+		--listen-client-urls "$client_url" --advertise-client-urls "$client_url"
+		--listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url"
+		--initial-cluster "b=$peer_url")
+	case $s in
+	kvd-bolt) args+=(--backend bolt) ;;
+	kvd-badger) args+=(--backend badger) ;;
+	esac
+	"${bin_of[$kind]}" "${args[@]}" >"$srv_log" 2>&1 &
+	server_pid=$!
+	for _ in $(seq 60); do
+		if ! kill -0 "$server_pid" 2>/dev/null; then
+			wait "$server_pid" 2>/dev/null || true
+			server_pid=""
+			reason="exited at start: $(tail -1 "$srv_log")"
+			return 1
+		fi
+		if "$bench" --endpoints "$client_url" --clients 1 --conns 1 --total 1 --dial-timeout 1s \
+			--request-timeout 1s range --key bench/ready --consistency l >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	stop_server
+	reason="not serving after 30s: $(tail -1 "$srv_log")"
+	return 1
+}
+
+# jfield JSON NAME: a top-level or nested field of the tool's one-line JSON.
+jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
+
+declare -A rps p50 p99 p999 errs fail
+
+run_workload() {
+	local s=$1 w=$2 json rc=0
+	local -a wargs
+	read -ra wargs <<<"$(workload_args "$w")"
+	json=$(timeout --foreground --kill-after=5 "$run_timeout" "$bench" --endpoints "$client_url" \
+		--clients "$clients" --conns "$conns" "${bound[@]}" --warmup "$warmup" --json \
+		"${wargs[@]}" 2>"$work/run.err") || rc=$?
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+		fail[$s,$w]="failed (exit $rc): $(tail -1 "$work/run.err")"
+		return
+	fi
+	rps[$s,$w]=$(printf '%.0f' "$(jfield "$json" rps)")
+	p50[$s,$w]=$(printf '%.2f' "$(jfield "$json" p50)")
+	p99[$s,$w]=$(printf '%.2f' "$(jfield "$json" p99)")
+	p999[$s,$w]=$(printf '%.2f' "$(jfield "$json" p99_9)")
+	errs[$s,$w]=$(jfield "$json" errors)
+	if [ "${errs[$s,$w]}" != 0 ]; then
+		log "$s $w: ${errs[$s,$w]} errors, first: $(jfield "$json" first_error)"
+	fi
+}
+
+start=$(date +%s)
+for s in $servers; do
+	case $s in
+	kvd-bolt | kvd-badger | etcd) ;;
+	*) echo "bench.sh: unknown server $s (want kvd-bolt, kvd-badger, etcd)" >&2; exit 1 ;;
+	esac
+	log "$s: starting"
+	if ! start_server "$s"; then
+		log "$s: $reason"
+		for w in $workloads; do fail[$s,$w]="failed: $reason"; done
+		continue
+	fi
+	for w in $workloads; do
+		log "$s: $w"
+		run_workload "$s" "$w"
+	done
+	stop_server
+	rm -rf "${work:?}/$s.data"
+done
+log "done in $(($(date +%s) - start))s"
+
+# ratio A B: A/B to two decimals, or n/a.
+ratio() {
+	if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ] || [ "$2" = 0.00 ]; then
+		echo "n/a"
+	else
+		awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+	fi
+}
+
+tables() {
+	local bound_text="${total:+$total requests}"
+	bound_text=${bound_text:-$duration}
+	echo "$clients clients over $conns connections, $bound_text per workload after $warmup warm-up;" \
+		"$(nproc 2>/dev/null || echo "?") CPUs, $(go env GOVERSION), kvd $(git rev-parse --short HEAD 2>/dev/null || echo "?")."
+	echo
+	echo "| server | workload | req/s | p50 ms | p99 ms | p99.9 ms | errors |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+	for s in $servers; do
+		for w in $workloads; do
+			if [ -n "${fail[$s,$w]:-}" ]; then
+				echo "| $s | $(workload_label "$w") | ${fail[$s,$w]//|/-} | | | | |"
+			else
+				echo "| $s | $(workload_label "$w") | ${rps[$s,$w]} | ${p50[$s,$w]} | ${p99[$s,$w]} | ${p999[$s,$w]} | ${errs[$s,$w]} |"
+			fi
+		done
+	done
+	want etcd || return 0
+	local kvds=()
+	for s in $servers; do [ "$s" = etcd ] || kvds+=("$s"); done
+	[ ${#kvds[@]} -gt 0 ] || return 0
+	echo
+	local head="| workload |" sep="| --- |"
+	for s in "${kvds[@]}"; do
+		head+=" $s/etcd req/s | $s/etcd p99 |"
+		sep+=" ---: | ---: |"
+	done
+	echo "$head"
+	echo "$sep"
+	for w in $workloads; do
+		local row="| $(workload_label "$w") |"
+		for s in "${kvds[@]}"; do
+			row+=" $(ratio "${rps[$s,$w]:-}" "${rps[etcd,$w]:-}") | $(ratio "${p99[$s,$w]:-}" "${p99[etcd,$w]:-}") |"
+		done
+		echo "$row"
+	done
+}
+
+if [ -n "$out" ]; then
+	tables | tee "$out"
+else
+	tables
+fi
