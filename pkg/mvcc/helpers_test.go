@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 )
 
@@ -21,6 +22,9 @@ type engine struct {
 var engines = []engine{
 	{"bolt", func(dir string) (backend.Backend, error) {
 		return bolt.Open(backend.Options{Dir: dir}, bolt.Options{NoSync: true})
+	}},
+	{"badger", func(dir string) (backend.Backend, error) {
+		return badger.Open(backend.Options{Dir: dir}, badger.Options{MaxUpdateBytes: 4 << 20})
 	}},
 }
 
