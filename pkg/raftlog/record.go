@@ -28,10 +28,6 @@ const (
 // recordHeaderSize is len(uint32) + crc32c(uint32) + type(uint8).
 const recordHeaderSize = 9
 
-// maxRecordPayload bounds a record's payload so a damaged length field cannot
-// make recovery allocate absurd amounts of memory.
-const maxRecordPayload = 1 << 30
-
 const (
 	segmentMagic   = "KVDWAL\x00\x00"
 	segmentVersion = 1
@@ -191,9 +187,6 @@ func scanRecords(data []byte, last bool, fn func(off int64, typ byte, payload []
 				return scanResult{validEnd: int64(off), torn: true, tornReason: "bad crc followed only by zero bytes"}, nil
 			}
 			return scanResult{}, fmt.Errorf("%w: bad record crc at offset %d", ErrCorrupt, off)
-		}
-		if n > maxRecordPayload {
-			return scanResult{}, fmt.Errorf("%w: record at offset %d too large (%d bytes)", ErrCorrupt, off, n)
 		}
 		if err := fn(int64(off), typ, payload); err != nil {
 			return scanResult{}, err

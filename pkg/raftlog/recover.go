@@ -282,7 +282,7 @@ func (l *Log) chooseSnapshot(r *replay) (*raftpb.Snapshot, error) {
 	}
 	for _, sf := range files {
 		if term, ok := r.markers[sf.index]; !ok || term != sf.term {
-			l.lg.Info("ignoring snapshot file without wal marker", zap.String("file", sf.name))
+			l.lg.Debug("ignoring snapshot file without wal marker", zap.String("file", sf.name))
 			continue
 		}
 		snap, err := readSnapFile(l.snapDir, sf)
