@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -219,6 +220,11 @@ func (ti *Index) Compact(rev int64) map[Revision]struct{} {
 	clone.Ascend(func(ki *keyIndex) bool {
 		ti.mu.Lock()
 		ki.compact(rev, available)
+		if invariants {
+			if err := ki.check(); err != nil {
+				panic("index: after compaction at " + fmt.Sprint(rev) + ": " + err.Error())
+			}
+		}
 		if ki.isEmpty() {
 			ti.tree.Delete(ki)
 		}

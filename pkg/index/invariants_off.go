@@ -1,0 +1,5 @@
+//go:build !race && !invariants
+
+package index
+
+const invariants = false
