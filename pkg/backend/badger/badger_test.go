@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
@@ -122,84 +123,9 @@ func TestMaxUpdateBytesFits(t *testing.T) {
 }
 
 func TestSnapshotRestore(t *testing.T) {
-	src := open(t, t.TempDir(), testOptions)
-	defer src.Close()
-	err := src.Update(func(tx backend.WriteTx) error {
-		for _, p := range []struct {
-			b    backend.Bucket
-			k, v string
-		}{{backend.Key, "a", "1"}, {backend.Key, "b", "2"}, {"custom", "c", "3"}, {backend.Key, "big", strings.Repeat("x", 64<<10)}} {
-			if err := tx.Put(p.b, []byte(p.k), []byte(p.v)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Update(func(tx backend.WriteTx) error { return tx.Delete(backend.Key, []byte("b")) }); err != nil {
-		t.Fatal(err)
-	}
-	var snap bytes.Buffer
-	if _, err := src.Snapshot(&snap); err != nil {
-		t.Fatalf("Snapshot: %v", err)
-	}
-
-	dir := t.TempDir()
-	old := open(t, dir, testOptions)
-	if err := old.Update(func(tx backend.WriteTx) error { return tx.Put(backend.Key, []byte("old"), []byte("x")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := badger.Restore(backend.Options{Dir: dir}, testOptions, &snap); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	dst := open(t, dir, testOptions)
-	defer dst.Close()
-	check := func(b backend.Bucket, k, want string, wantOK bool) {
-		t.Helper()
-		rtx, err := dst.ReadTx()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rtx.Release()
-		v, ok, err := rtx.Get(b, []byte(k))
-		if err != nil || ok != wantOK || string(v) != want {
-			t.Errorf("Get %s/%s = %.10q, %v, %v; want %.10q, %v", b, k, v, ok, err, want, wantOK)
-		}
-	}
-	check(backend.Key, "a", "1", true)
-	check(backend.Key, "b", "", false)
-	check("custom", "c", "3", true)
-	check(backend.Key, "big", strings.Repeat("x", 64<<10), true)
-	check(backend.Key, "old", "", false)
-	// Writes after a restore win over restored versions.
-	if err := dst.Update(func(tx backend.WriteTx) error { return tx.Put(backend.Key, []byte("a"), []byte("new")) }); err != nil {
-		t.Fatal(err)
-	}
-	check(backend.Key, "a", "new", true)
-}
-
-func TestRestoreRejectsGarbageKeepsData(t *testing.T) {
-	dir := t.TempDir()
-	be := open(t, dir, testOptions)
-	if err := be.Update(func(tx backend.WriteTx) error { return tx.Put(backend.Key, []byte("a"), []byte("1")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := be.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := badger.Restore(backend.Options{Dir: dir}, testOptions, bytes.NewReader(bytes.Repeat([]byte{0xff}, 4096))); err == nil {
-		t.Fatal("Restore of garbage succeeded")
-	}
-	be = open(t, dir, testOptions)
-	defer be.Close()
-	if n := count(t, be, backend.Key); n != 1 {
-		t.Fatalf("after failed Restore: %d keys, want 1", n)
-	}
+	backendtest.RunRestore(t,
+		func(t *testing.T, dir string) backend.Backend { return open(t, dir, testOptions) },
+		func(dir string, r io.Reader) error { return badger.Restore(backend.Options{Dir: dir}, testOptions, r) })
 }
 
 // TestCloseLeavesNoGoroutines checks that Close stops everything Badger and
