@@ -143,6 +143,7 @@ func cachedReference(r *buildResult, name, pkg string) (string, error) {
 			return
 		}
 		r.path = out
+		removeStaleReferences(root, dir)
 	})
 	return r.path, r.err
 }
@@ -196,4 +197,15 @@ func KVDBinary(t testing.TB) string {
 		t.Fatalf("build kvd: %v", kvdBuild.err)
 	}
 	return kvdBuild.path
+}
+
+// removeStaleReferences deletes reference builds of other dependency
+// graphs, which no run will use again.
+func removeStaleReferences(root, keep string) {
+	dirs, _ := filepath.Glob(filepath.Join(root, "ref-*"))
+	for _, d := range dirs {
+		if d != keep {
+			os.RemoveAll(d)
+		}
+	}
 }

@@ -50,6 +50,7 @@ type Process struct {
 	dataDir string
 	logDir  string
 	client  string // client URL
+	peer    string // peer URL
 	isEtcd  bool
 
 	mu   sync.Mutex
@@ -102,6 +103,7 @@ func start(t testing.TB, label, bin string, isEtcd bool, opts Options) *Process 
 		}
 		p.client = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+		p.peer = peer
 		p.args = []string{
 			"--name", name,
 			"--data-dir", dataDir,
@@ -133,6 +135,9 @@ func start(t testing.TB, label, bin string, isEtcd bool, opts Options) *Process 
 
 // Endpoint is the client URL, e.g. "http://127.0.0.1:23790".
 func (p *Process) Endpoint() string { return p.client }
+
+// PeerURL is the peer URL the member listens on and advertises.
+func (p *Process) PeerURL() string { return p.peer }
 
 // DataDir is the member's data directory.
 func (p *Process) DataDir() string { return p.dataDir }
