@@ -101,11 +101,13 @@ func TestCompactionWaitsForOpenReads(t *testing.T) {
 		applied := make(chan struct{})
 		go func() {
 			defer close(applied)
-			ts.apply(func(b *Batch) {
-				if _, err := b.Compact(3); err != nil {
-					t.Error(err)
-				}
+			err := ts.Apply(func(b *Batch) error {
+				_, err := b.Compact(3)
+				return err
 			})
+			if err != nil {
+				t.Error(err)
+			}
 		}()
 		res, err := r.Range([]byte("a"), nil, RangeOptions{Rev: 2})
 		if err != nil || len(res.KVs) != 1 || string(res.KVs[0].Value) != "1" {
