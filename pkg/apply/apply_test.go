@@ -1,0 +1,212 @@
+package apply
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/badger"
+	"github.com/kvd-dev/kvd/pkg/backend/bolt"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+)
+
+func eachEngine(t *testing.T, fn func(t *testing.T, a *Applier, st *mvcc.Store)) {
+	for _, engine := range []string{"bolt", "badger"} {
+		t.Run(engine, func(t *testing.T) {
+			opts := backend.Options{Dir: t.TempDir()}
+			var (
+				be  backend.Backend
+				err error
+			)
+			if engine == "bolt" {
+				be, err = bolt.Open(opts, bolt.Options{})
+			} else {
+				be, err = badger.Open(opts, badger.Options{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { be.Close() })
+			st, err := mvcc.Open(be, zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			a := New(Config{Store: st, Registry: NewRegistry(), Applied: NewApplied(0)})
+			fn(t, a, st)
+		})
+	}
+}
+
+// do applies one request in its own batch.
+func do(t *testing.T, a *Applier, st *mvcc.Store, req *pb.InternalRaftRequest) Result {
+	t.Helper()
+	var res Result
+	if err := st.Apply(func(b *mvcc.Batch) error {
+		res = a.applyRequest(b, req)
+		return a.fatal
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func putReq(k, v string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}}
+}
+
+func get(t *testing.T, st *mvcc.Store, k string) *pb.RangeResponse {
+	t.Helper()
+	rv := st.Read()
+	defer rv.End()
+	resp, err := Range(rv, &pb.RangeRequest{Key: []byte(k)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// Regression: etcd v3.7.3 panics its apply loop (on every restart) on a txn
+// that deletes a from-key range, then puts an existing key with
+// ignore_value in the same branch. kvd refuses it and changes nothing.
+func TestTxnFromKeyDeleteThenIgnoreValuePut(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		do(t, a, st, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("b"), Value: []byte("v")}})
+		rev := st.Rev()
+		txn := &pb.TxnRequest{Success: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte{0}}}},
+			{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("b"), IgnoreValue: true}}},
+		}}
+		res := do(t, a, st, &pb.InternalRaftRequest{Txn: txn})
+		if !errors.Is(res.Err, rpctypes.ErrGRPCKeyNotFound) {
+			t.Fatalf("txn result %v, %v; want key not found", res.Resp, res.Err)
+		}
+		if st.Rev() != rev {
+			t.Fatalf("revision moved from %d to %d on a refused txn", rev, st.Rev())
+		}
+		if got := get(t, st, "b"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "v" {
+			t.Fatalf("b after refused txn: %v", got.Kvs)
+		}
+		// The same txn with a plain put (no ignore_value) is fine and atomic.
+		txn.Success[1] = putReq("b", "w")
+		res = do(t, a, st, &pb.InternalRaftRequest{Txn: txn})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		tr := res.Resp.(*pb.TxnResponse)
+		if tr.Header.Revision != rev+1 {
+			t.Fatalf("txn revision %d, want %d", tr.Header.Revision, rev+1)
+		}
+		got := get(t, st, "b")
+		if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" || got.Kvs[0].Version != 1 || got.Kvs[0].CreateRevision != rev+1 {
+			t.Fatalf("b after delete+put txn: %v", got.Kvs)
+		}
+	})
+}
+
+func TestPutErrorsChangeNothing(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		cases := []struct {
+			req  *pb.PutRequest
+			want error
+		}{
+			{&pb.PutRequest{Key: []byte("k"), Value: []byte("v"), Lease: 5}, rpctypes.ErrGRPCLeaseNotFound},
+			{&pb.PutRequest{Key: []byte("missing"), IgnoreValue: true}, rpctypes.ErrGRPCKeyNotFound},
+			{&pb.PutRequest{Key: []byte("missing"), IgnoreLease: true}, rpctypes.ErrGRPCKeyNotFound},
+		}
+		for _, c := range cases {
+			rev := st.Rev()
+			res := do(t, a, st, &pb.InternalRaftRequest{Put: c.req})
+			if !errors.Is(res.Err, c.want) {
+				t.Errorf("put %v: %v, want %v", c.req, res.Err, c.want)
+			}
+			if st.Rev() != rev {
+				t.Errorf("put %v moved the revision", c.req)
+			}
+		}
+	})
+}
+
+func TestTxnNestedPathsAndRevisions(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		do(t, a, st, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("x"), Value: []byte("1")}}) // rev 2
+		cmp := func(k, v string) *pb.Compare {
+			return &pb.Compare{Key: []byte(k), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte(v)}}
+		}
+		txn := &pb.TxnRequest{
+			Compare: []*pb.Compare{cmp("x", "1")},
+			Success: []*pb.RequestOp{
+				putReq("a", "1"),
+				{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a")}}},
+				{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+					// Nested compares see the state before the txn: x is still 1.
+					Compare: []*pb.Compare{cmp("x", "1")},
+					Success: []*pb.RequestOp{putReq("b", "2")},
+					Failure: []*pb.RequestOp{putReq("c", "3")},
+				}}},
+			},
+			Failure: []*pb.RequestOp{putReq("f", "0")},
+		}
+		res := do(t, a, st, &pb.InternalRaftRequest{Txn: txn})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		tr := res.Resp.(*pb.TxnResponse)
+		if !tr.Succeeded || tr.Header.Revision != 3 {
+			t.Fatalf("txn: succeeded=%v rev=%d, want true 3", tr.Succeeded, tr.Header.Revision)
+		}
+		rr := tr.Responses[1].GetResponseRange()
+		if len(rr.Kvs) != 1 || rr.Kvs[0].ModRevision != 3 || rr.Header.Revision != 3 {
+			t.Fatalf("range inside txn sees %v at %d, want a@3", rr.Kvs, rr.Header.Revision)
+		}
+		nested := tr.Responses[2].GetResponseTxn()
+		if !nested.Succeeded {
+			t.Fatal("nested txn took the failure branch")
+		}
+		for k, want := range map[string]int{"a": 1, "b": 1, "c": 0, "f": 0} {
+			if got := len(get(t, st, k).Kvs); got != want {
+				t.Errorf("%s: %d kvs, want %d", k, got, want)
+			}
+		}
+		if a, b := get(t, st, "a").Kvs[0], get(t, st, "b").Kvs[0]; a.ModRevision != 3 || b.ModRevision != 3 {
+			t.Errorf("one txn, one revision: a@%d b@%d", a.ModRevision, b.ModRevision)
+		}
+	})
+}
+
+func TestRangeSortLimitMore(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		for i, v := range []string{"c", "a", "b", "a"} {
+			do(t, a, st, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte(v)}})
+		}
+		rv := st.Read()
+		defer rv.End()
+		resp, err := Range(rv, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), Limit: 2,
+			SortOrder: pb.RangeRequest_DESCEND, SortTarget: pb.RangeRequest_MOD})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !resp.More || resp.Count != 4 || len(resp.Kvs) != 2 || string(resp.Kvs[0].Key) != "k3" || string(resp.Kvs[1].Key) != "k2" {
+			t.Fatalf("sorted by mod desc, limit 2: more=%v count=%d kvs=%v", resp.More, resp.Count, resp.Kvs)
+		}
+		resp, err = Range(rv, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), MinModRevision: 3, MaxModRevision: 4, KeysOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 2 || resp.Kvs[0].Value != nil || string(resp.Kvs[0].Key) != "k1" {
+			t.Fatalf("mod revision filter: %v", resp.Kvs)
+		}
+		resp, err = Range(rv, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte{0}, CountOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count != 4 || len(resp.Kvs) != 0 {
+			t.Fatalf("count only from key: count=%d kvs=%d", resp.Count, len(resp.Kvs))
+		}
+	})
+}
