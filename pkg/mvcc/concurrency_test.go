@@ -24,7 +24,7 @@ func TestBatchVisibleOnlyAfterApply(t *testing.T) {
 		const nkeys, nbatches = 5, 40
 		var stop atomic.Bool
 		var wg sync.WaitGroup
-		errs := make(chan error, 16)
+		errs := make(chan error, 3+2*nbatches) // never blocks a sender
 		for w := range 3 {
 			wg.Add(1)
 			go func() {
