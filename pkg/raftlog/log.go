@@ -209,7 +209,7 @@ func (l *Log) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snap
 	}
 	var stHS *raftpb.HardState
 	if writeHS {
-		stHS = proto.Clone(hs).(*raftpb.HardState)
+		stHS = cloneHardState(hs)
 		l.hs = stHS
 	}
 	l.st.applySave(stSnap, ents, stHS)
@@ -239,6 +239,11 @@ func trimAndCheck(ents []*raftpb.Entry, base, last uint64) ([]*raftpb.Entry, err
 		}
 	}
 	return ents, nil
+}
+
+// cloneHardState copies hs without reflection; it is on the hot path.
+func cloneHardState(hs *raftpb.HardState) *raftpb.HardState {
+	return &raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
 }
 
 func sameHardState(a, b *raftpb.HardState) bool {

@@ -426,3 +426,35 @@ func TestOpenRejectsBadSegmentName(t *testing.T) {
 		t.Fatalf("Open = %v, want ErrCorrupt", err)
 	}
 }
+
+// After WAL truncation the log still reaches back to the previous snapshot,
+// so losing the newest snapshot file loses nothing.
+func TestFallbackAfterTruncation(t *testing.T) {
+	dir := t.TempDir()
+	o := testOpts{segmentSize: 200}
+	l := openLog(t, dir, o)
+	for i := uint64(1); i <= 150; i += 2 {
+		mustSave(t, l, hardState(1, 1, i+1), ents(i, i+1, 1), nil)
+		switch i + 1 {
+		case 50, 100, 130:
+			if err := l.CreateSnapshot(i+1, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	segs := segmentFiles(t, dir)
+	var seq, first uint64
+	if _, err := fmtSscan(filepath.Base(segs[0]), &seq, &first); err != nil || seq == 0 || first > 101 {
+		t.Fatalf("oldest segment %s: want some deleted and the rest reaching back to 101", segs[0])
+	}
+	l.Close()
+	newest := filepath.Join(dir, "snap", snapName(1, 130))
+	flipByte(t, newest, 3)
+
+	l = openLog(t, dir, o)
+	defer l.Close()
+	v := viewOf(t, l.Storage())
+	if v.SnapIndex != 100 || v.First != 101 || v.Last != 150 || len(v.Terms) != 50 {
+		t.Fatalf("after fallback: first %d last %d snapshot %d entries %d", v.First, v.Last, v.SnapIndex, len(v.Terms))
+	}
+}

@@ -49,7 +49,7 @@ func dummyEntry(index, term uint64) *raftpb.Entry {
 func (s *Storage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	hs := proto.Clone(s.hs).(*raftpb.HardState)
+	hs := cloneHardState(s.hs)
 	cs := raftpb.EnsureConfState(proto.Clone(raftpb.EnsureConfState(s.snap.GetMetadata().GetConfState())).(*raftpb.ConfState))
 	return hs, cs, nil
 }
@@ -58,7 +58,7 @@ func (s *Storage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 func (s *Storage) HardState() *raftpb.HardState {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return proto.Clone(s.hs).(*raftpb.HardState)
+	return cloneHardState(s.hs)
 }
 
 // Entries implements raft.Storage.
