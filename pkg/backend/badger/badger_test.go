@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -192,5 +194,33 @@ func TestBadOptions(t *testing.T) {
 		if _, err := badger.Open(backend.Options{Dir: t.TempDir()}, bo); err == nil {
 			t.Errorf("Open accepted %+v", bo)
 		}
+	}
+}
+
+func TestOpenRemovesInterruptedRestore(t *testing.T) {
+	dir := t.TempDir()
+	be := open(t, dir, testOptions)
+	if err := putN(t, be, backend.Key, 10, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	half := filepath.Join(dir, "data-12345")
+	if err := os.MkdirAll(half, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "CURRENT.tmp"), []byte("data-12"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	be = open(t, dir, testOptions)
+	defer be.Close()
+	for _, p := range []string{half, filepath.Join(dir, "CURRENT.tmp")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("leftover %s: %v", p, err)
+		}
+	}
+	if n := count(t, be, backend.Key); n != 10 {
+		t.Fatalf("%d keys after reopen, want 10", n)
 	}
 }

@@ -231,7 +231,10 @@ func (be *Backend) Size() int64 {
 	return size
 }
 
-// SizeInUse is Size minus the pages on bolt's freelist (etcd's dbSizeInUse).
+// SizeInUse is Size minus the pages on bolt's freelist, counting the pages
+// freed by recent commits that old readers may still see (etcd's
+// dbSizeInUse counts only the former). The stats behind it are as of the
+// last Update.
 func (be *Backend) SizeInUse() int64 {
 	_, inUse := be.sizes()
 	return inUse
@@ -246,7 +249,8 @@ func (be *Backend) sizes() (size, inUse int64) {
 	// Inside the transaction: an open tx keeps a retired db from closing.
 	err := db.View(func(tx *bolt.Tx) error {
 		size = tx.Size()
-		free := int64(db.Stats().FreePageN) * int64(db.Info().PageSize)
+		st := db.Stats()
+		free := int64(st.FreePageN+st.PendingPageN) * int64(db.Info().PageSize)
 		inUse = max(size-free, 0)
 		return nil
 	})
