@@ -349,8 +349,8 @@ func (l *Log) startSegmentLocked(buf []byte) ([]byte, error) {
 // to the WAL, deletes the WAL segments no longer needed and old snapshot
 // files.
 //
-// index must be applied (hence committed) and above the current snapshot
-// index; otherwise the error wraps raft.ErrSnapOutOfDate. The WAL is kept
+// index must be applied (hence committed). At the current snapshot index the
+// call does nothing; below it the error wraps raft.ErrSnapOutOfDate. The WAL is kept
 // back to the previous snapshot, so that a damaged newest snapshot file can
 // fall back to it on Open. Safe to call concurrently with Save; the snapshot
 // file write does not block Save.
@@ -367,6 +367,9 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 	}
 	// snapMu keeps Save from installing a snapshot until we are done, so
 	// prevSnap stays current; entries up to an applied index never change.
+	if index == prevSnap && index > 0 {
+		return nil
+	}
 	if index <= prevSnap {
 		return fmt.Errorf("raftlog: create snapshot at %d (have %d): %w", index, prevSnap, raft.ErrSnapOutOfDate)
 	}

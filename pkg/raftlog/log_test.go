@@ -306,8 +306,11 @@ func TestSnapshotTruncatesWAL(t *testing.T) {
 	if seq == 0 {
 		t.Fatalf("oldest segment %s: nothing deleted from the front", after[0])
 	}
-	if err := l.CreateSnapshot(230, cs, nil); !errors.Is(err, raft.ErrSnapOutOfDate) {
-		t.Fatalf("CreateSnapshot at the same index: %v", err)
+	if err := l.CreateSnapshot(230, cs, nil); err != nil {
+		t.Fatalf("CreateSnapshot at the same index: %v, want a no-op", err)
+	}
+	if err := l.CreateSnapshot(229, cs, nil); !errors.Is(err, raft.ErrSnapOutOfDate) {
+		t.Fatalf("CreateSnapshot below the snapshot: %v, want ErrSnapOutOfDate", err)
 	}
 	if err := l.CreateSnapshot(1000, cs, nil); err == nil {
 		t.Fatal("CreateSnapshot beyond the last index succeeded")
