@@ -16,6 +16,9 @@ usage: scripts/bench.sh [options]
                        (env BENCH_TOTAL)
   -w, --warmup D       unrecorded warm-up before each workload (default 1s;
                        env BENCH_WARMUP)
+  -r, --rounds N       run every server N times, in rotated order, and report
+                       medians; evens out a machine whose load drifts
+                       (default 1; env BENCH_ROUNDS)
   -c, --clients N      concurrent request loops (default 100; env BENCH_CLIENTS)
       --conns N        gRPC connections (default 10; env BENCH_CONNS)
   -s, --servers LIST   servers to run, in order (default "kvd-bolt kvd-badger etcd";
@@ -35,6 +38,7 @@ EOF
 duration=${BENCH_DURATION:-4s}
 total=${BENCH_TOTAL:-}
 warmup=${BENCH_WARMUP:-1s}
+rounds=${BENCH_ROUNDS:-1}
 clients=${BENCH_CLIENTS:-100}
 conns=${BENCH_CONNS:-10}
 servers=${BENCH_SERVERS:-"kvd-bolt kvd-badger etcd"}
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
 	-d | --duration) duration=$2; total=""; shift 2 ;;
 	-n | --total) total=$2; shift 2 ;;
 	-w | --warmup) warmup=$2; shift 2 ;;
+	-r | --rounds) rounds=$2; shift 2 ;;
 	-c | --clients) clients=$2; shift 2 ;;
 	--conns) conns=$2; shift 2 ;;
 	-s | --servers) servers=$2; shift 2 ;;
@@ -113,6 +118,16 @@ workload_label() {
 	esac
 }
 
+case $rounds in
+'' | *[!0-9]* | 0) echo "bench.sh: --rounds must be a positive integer, got '$rounds'" >&2; exit 1 ;;
+esac
+read -ra server_list <<<"$servers"
+for s in "${server_list[@]}"; do
+	case $s in
+	kvd-bolt | kvd-badger | etcd) ;;
+	*) echo "bench.sh: unknown server $s (want kvd-bolt, kvd-badger, etcd)" >&2; exit 1 ;;
+	esac
+done
 for w in $workloads; do
 	workload_args "$w" >/dev/null || { echo "bench.sh: unknown workload $w" >&2; exit 1; }
 done
@@ -204,6 +219,8 @@ start_server() {
 # jfield JSON NAME: a top-level or nested field of the tool's one-line JSON.
 jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
 
+# Per server and workload: space-separated values, one per successful
+# round; errs sums the failed requests; fail keeps the last failure.
 declare -A rps p50 p99 p999 errs fail
 
 run_workload() {
@@ -217,36 +234,46 @@ run_workload() {
 		fail[$s,$w]="failed (exit $rc): $(tail -1 "$work/run.err")"
 		return
 	fi
-	rps[$s,$w]=$(printf '%.0f' "$(jfield "$json" rps)")
-	p50[$s,$w]=$(printf '%.2f' "$(jfield "$json" p50)")
-	p99[$s,$w]=$(printf '%.2f' "$(jfield "$json" p99)")
-	p999[$s,$w]=$(printf '%.2f' "$(jfield "$json" p99_9)")
-	errs[$s,$w]=$(jfield "$json" errors)
-	if [ "${errs[$s,$w]}" != 0 ]; then
-		log "$s $w: ${errs[$s,$w]} errors, first: $(jfield "$json" first_error)"
+	local n
+	rps[$s,$w]+="$(jfield "$json" rps) "
+	p50[$s,$w]+="$(jfield "$json" p50) "
+	p99[$s,$w]+="$(jfield "$json" p99) "
+	p999[$s,$w]+="$(jfield "$json" p99_9) "
+	n=$(jfield "$json" errors)
+	errs[$s,$w]=$((${errs[$s,$w]:-0} + n))
+	if [ "$n" != 0 ]; then
+		log "$s $w: $n errors, first: $(jfield "$json" first_error)"
 	fi
 }
 
 start=$(date +%s)
-for s in $servers; do
-	case $s in
-	kvd-bolt | kvd-badger | etcd) ;;
-	*) echo "bench.sh: unknown server $s (want kvd-bolt, kvd-badger, etcd)" >&2; exit 1 ;;
-	esac
-	log "$s: starting"
-	if ! start_server "$s"; then
-		log "$s: $reason"
-		for w in $workloads; do fail[$s,$w]="failed: $reason"; done
-		continue
-	fi
-	for w in $workloads; do
-		log "$s: $w"
-		run_workload "$s" "$w"
+load_at_start=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
+for ((r = 0; r < rounds; r++)); do
+	n=${#server_list[@]}
+	for ((i = 0; i < n; i++)); do
+		s=${server_list[$(((i + r) % n))]}
+		log "round $((r + 1))/$rounds, $s: starting"
+		if ! start_server "$s"; then
+			log "$s: $reason"
+			for w in $workloads; do fail[$s,$w]="failed: $reason"; done
+			rm -rf "${work:?}/$s.data"
+			continue
+		fi
+		for w in $workloads; do
+			log "round $((r + 1))/$rounds, $s: $w"
+			run_workload "$s" "$w"
+		done
+		stop_server
+		rm -rf "${work:?}/$s.data"
 	done
-	stop_server
-	rm -rf "${work:?}/$s.data"
 done
 log "done in $(($(date +%s) - start))s"
+
+# median "V1 V2 ...": the middle value (mean of the middle two), empty for none.
+median() {
+	tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+}
 
 # ratio A B: A/B to two decimals, or n/a.
 ratio() {
@@ -260,23 +287,31 @@ ratio() {
 tables() {
 	local bound_text="${total:+$total requests}"
 	bound_text=${bound_text:-$duration}
-	echo "$clients clients over $conns connections, $bound_text per workload after $warmup warm-up;" \
-		"$(nproc 2>/dev/null || echo "?") CPUs, $(go env GOVERSION), kvd $(git rev-parse --short HEAD 2>/dev/null || echo "?")."
+	local of_rounds=""
+	[ "$rounds" -gt 1 ] && of_rounds=", medians of $rounds rounds"
+	echo "$clients clients over $conns connections, $bound_text per workload after $warmup warm-up$of_rounds;" \
+		"$(nproc 2>/dev/null || echo "?") CPUs (load average at start $load_at_start), $(go env GOVERSION)," \
+		"kvd $(git rev-parse --short HEAD 2>/dev/null || echo "?")."
 	echo
 	echo "| server | workload | req/s | p50 ms | p99 ms | p99.9 ms | errors |"
 	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-	for s in $servers; do
+	declare -A mrps mp99
+	for s in "${server_list[@]}"; do
 		for w in $workloads; do
-			if [ -n "${fail[$s,$w]:-}" ]; then
+			if [ -z "${rps[$s,$w]:-}" ]; then
 				echo "| $s | $(workload_label "$w") | ${fail[$s,$w]//|/-} | | | | |"
-			else
-				echo "| $s | $(workload_label "$w") | ${rps[$s,$w]} | ${p50[$s,$w]} | ${p99[$s,$w]} | ${p999[$s,$w]} | ${errs[$s,$w]} |"
+				continue
 			fi
+			mrps[$s,$w]=$(median "${rps[$s,$w]}")
+			mp99[$s,$w]=$(median "${p99[$s,$w]}")
+			printf '| %s | %s | %.0f | %.2f | %.2f | %.2f | %s |\n' "$s" "$(workload_label "$w")" \
+				"${mrps[$s,$w]}" "$(median "${p50[$s,$w]}")" "${mp99[$s,$w]}" \
+				"$(median "${p999[$s,$w]}")" "${errs[$s,$w]}"
 		done
 	done
 	want etcd || return 0
 	local kvds=()
-	for s in $servers; do [ "$s" = etcd ] || kvds+=("$s"); done
+	for s in "${server_list[@]}"; do [ "$s" = etcd ] || kvds+=("$s"); done
 	[ ${#kvds[@]} -gt 0 ] || return 0
 	echo
 	local head="| workload |" sep="| --- |"
@@ -289,7 +324,7 @@ tables() {
 	for w in $workloads; do
 		local row="| $(workload_label "$w") |"
 		for s in "${kvds[@]}"; do
-			row+=" $(ratio "${rps[$s,$w]:-}" "${rps[etcd,$w]:-}") | $(ratio "${p99[$s,$w]:-}" "${p99[etcd,$w]:-}") |"
+			row+=" $(ratio "${mrps[$s,$w]:-}" "${mrps[etcd,$w]:-}") | $(ratio "${mp99[$s,$w]:-}" "${mp99[etcd,$w]:-}") |"
 		done
 		echo "$row"
 	done
