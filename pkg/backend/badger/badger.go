@@ -440,12 +440,15 @@ func writeCurrent(dir, name string) error {
 // bucketPrefix returns the key prefix of bucket b, with spare capacity for
 // n more bytes.
 func bucketPrefix(b backend.Bucket, n int) ([]byte, error) {
+	return appendPrefix(make([]byte, 0, 2+len(b)+n), b)
+}
+
+func appendPrefix(dst []byte, b backend.Bucket) ([]byte, error) {
 	if err := b.Validate(); err != nil {
 		return nil, err
 	}
-	p := make([]byte, 0, 2+len(b)+n)
-	p = append(p, nsData, byte(len(b)))
-	return append(p, b...), nil
+	dst = append(dst, nsData, byte(len(b)))
+	return append(dst, b...), nil
 }
 
 type readTx struct {
@@ -453,17 +456,23 @@ type readTx struct {
 	exit func() // nil for a writeTx
 	// done is set by Release (readTx) or when Update returns (writeTx).
 	done bool
+	// scratch builds lookup keys; Badger does not keep the key passed to Get.
+	scratch []byte
 }
 
 func (r *readTx) Get(b backend.Bucket, key []byte) ([]byte, bool, error) {
 	if r.done {
 		return nil, false, backend.ErrTxDone
 	}
-	k, err := bucketPrefix(b, len(key))
+	if need := 2 + len(b) + len(key); cap(r.scratch) < need {
+		r.scratch = make([]byte, 0, max(need, 64))
+	}
+	k, err := appendPrefix(r.scratch[:0], b)
 	if err != nil || len(key) == 0 {
 		return nil, false, err
 	}
 	k = append(k, key...)
+	r.scratch = k
 	item, err := r.txn.Get(k)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, false, nil

@@ -9,6 +9,11 @@
 // fsyncs on commit: backend.Options.Sync changes nothing here (every commit is
 // durable anyway), and only the explicitly unsafe Options.NoSync turns it off.
 //
+// A ReadTx is a bolt read transaction and holds bolt's mmap lock: a commit
+// that must grow the memory map waits until every open ReadTx is released.
+// Options.InitialMmapSize makes that rare; keeping ReadTx short keeps it
+// harmless.
+//
 // Defrag copies the live data into a new file and renames it over Dir/db while
 // writers wait. The old file stays open (and mapped) until the last ReadTx
 // begun on it is released, so Defrag never waits for readers.
