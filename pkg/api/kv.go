@@ -149,10 +149,11 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 	if err := checkRange(r); err != nil {
 		return err
 	}
-	if (r.SortOrder != pb.RangeRequest_NONE && !(r.SortTarget == pb.RangeRequest_KEY && r.SortOrder == pb.RangeRequest_ASCEND)) ||
-		(r.SortOrder == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY) ||
-		r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
-		return status.Error(codes.Unimplemented, "etcdserver: RangeStream does not support sort order or revision filters")
+	if !(r.SortOrder == pb.RangeRequest_NONE || (r.SortTarget == pb.RangeRequest_KEY && r.SortOrder == pb.RangeRequest_ASCEND)) {
+		return status.Error(codes.Unimplemented, "RangeStream does not support custom sort orders")
+	}
+	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
+		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
 	}
 	if !r.Serializable {
 		if err := s.linearize(ctx); err != nil {
