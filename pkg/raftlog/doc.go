@@ -23,6 +23,7 @@
 //	len   uint32  payload length
 //	crc   uint32  CRC-32C (Castagnoli) of type and payload
 //	type  uint8
+//	hcrc  uint32  CRC-32C of the 9 header bytes before it
 //	payload [len]byte
 //
 // Types:
@@ -59,9 +60,10 @@
 // start rather than guess.
 //
 // Torn tail: only in the last segment, a record that is incomplete (the file
-// ends inside its header or payload), or whose CRC is wrong and after which
-// the file holds only zero bytes, is the remains of a write cut short by a
-// crash. The file is truncated there (a warning is logged) and the log goes
+// ends inside its header, or inside the payload of a header whose own CRC is
+// intact, so a damaged length is never mistaken for a short write), or whose
+// header or payload CRC is wrong and after which the file holds only zero
+// bytes, is the remains of a write cut short by a crash. The file is truncated there (a warning is logged) and the log goes
 // on from the last complete record. If not even the segment header is
 // complete, the segment file is removed. Limitation: a crash that persisted a
 // later page of the last batch but not an earlier one leaves a bad record

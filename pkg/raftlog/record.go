@@ -25,8 +25,14 @@ const (
 	recSnapshot      byte = 4
 )
 
-// recordHeaderSize is len(uint32) + crc32c(uint32) + type(uint8).
-const recordHeaderSize = 9
+// recordHeaderSize is len(uint32) + crc32c(uint32) + type(uint8) +
+// header crc32c(uint32). The header CRC lets recovery trust the length of a
+// record that runs past the end of the file: only then is it a write cut
+// short rather than a damaged length.
+const recordHeaderSize = 13
+
+// headerCRCOffset is where the header CRC sits; it covers the bytes before.
+const headerCRCOffset = 9
 
 const (
 	segmentMagic   = "KVDWAL\x00\x00"
@@ -66,6 +72,7 @@ func finishRecord(buf []byte, off int, typ byte) []byte {
 	binary.LittleEndian.PutUint32(buf[off:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(buf[off+4:], recordCRC(typ, payload))
 	buf[off+8] = typ
+	binary.LittleEndian.PutUint32(buf[off+headerCRCOffset:], crc32.Checksum(buf[off:off+headerCRCOffset], crcTable))
 	return buf
 }
 
@@ -157,10 +164,11 @@ type scanResult struct {
 }
 
 // scanRecords walks the records in data, calling fn for each good one. In
-// the last segment an incomplete record, or a record with a bad CRC followed
-// only by zero bytes, ends the scan as a torn write; anything else that is
-// wrong returns an error wrapping ErrCorrupt with the offset. Errors from fn
-// are returned as they are.
+// the last segment an incomplete record (the file ends inside its header, or
+// inside the payload of an intact header), or a record with a bad CRC
+// followed only by zero bytes, ends the scan as a torn write; anything else
+// that is wrong returns an error wrapping ErrCorrupt with the offset. Errors
+// from fn are returned as they are.
 func scanRecords(data []byte, last bool, fn func(off int64, typ byte, payload []byte) error) (scanResult, error) {
 	off := 0
 	for off < len(data) {
@@ -170,6 +178,12 @@ func scanRecords(data []byte, last bool, fn func(off int64, typ byte, payload []
 				return scanResult{validEnd: int64(off), torn: true, tornReason: "incomplete record header"}, nil
 			}
 			return scanResult{}, fmt.Errorf("%w: incomplete record header at offset %d", ErrCorrupt, off)
+		}
+		if crc32.Checksum(data[off:off+headerCRCOffset], crcTable) != binary.LittleEndian.Uint32(data[off+headerCRCOffset:]) {
+			if last && allZero(data[off+recordHeaderSize:]) {
+				return scanResult{validEnd: int64(off), torn: true, tornReason: "bad record header followed only by zero bytes"}, nil
+			}
+			return scanResult{}, fmt.Errorf("%w: bad record header crc at offset %d", ErrCorrupt, off)
 		}
 		n := int(binary.LittleEndian.Uint32(data[off:]))
 		crc := binary.LittleEndian.Uint32(data[off+4:])

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,10 @@ func TestTornTail(t *testing.T) {
 		{"few zero bytes appended", func(t *testing.T, last string) {
 			appendBytes(t, last, make([]byte, 3))
 		}, n},
+		{"damaged header then zeros", func(t *testing.T, last string) {
+			appendBytes(t, last, []byte{7, 0, 0, 0, 1, 2, 3, 4, recEntry, 9, 9, 9, 9})
+			appendBytes(t, last, make([]byte, 100))
+		}, n},
 		{"short garbage appended", func(t *testing.T, last string) {
 			appendBytes(t, last, []byte("xyz"))
 		}, n},
@@ -52,6 +57,7 @@ func TestTornTail(t *testing.T) {
 			rec := make([]byte, recordHeaderSize+20)
 			binary.LittleEndian.PutUint32(rec, 1000)
 			rec[8] = recEntry
+			binary.LittleEndian.PutUint32(rec[headerCRCOffset:], crc32.Checksum(rec[:headerCRCOffset], crcTable))
 			for i := recordHeaderSize; i < len(rec); i++ {
 				rec[i] = byte(i)
 			}
@@ -126,6 +132,18 @@ func TestCorruptionRefusesToOpen(t *testing.T) {
 			flipByte(t, last, offs[1]) // the length's low byte: the record seems another length
 			return last
 		}},
+		{"length in last segment damaged to run past the end", func(t *testing.T, segs []string) string {
+			last := segs[len(segs)-1]
+			offs := recordOffsets(t, last)
+			flipByte(t, last, offs[1]+3) // the length's high byte
+			return last
+		}},
+		{"bad header crc early in last segment", func(t *testing.T, segs []string) string {
+			last := segs[len(segs)-1]
+			offs := recordOffsets(t, last)
+			flipByte(t, last, offs[2]+headerCRCOffset)
+			return last
+		}},
 		{"bad crc in first segment", func(t *testing.T, segs []string) string {
 			offs := recordOffsets(t, segs[0])
 			flipByte(t, segs[0], offs[3]+recordHeaderSize)
@@ -177,5 +195,39 @@ func TestCorruptionRefusesToOpen(t *testing.T) {
 				t.Fatalf("error %q does not name %s", err, filepath.Base(file))
 			}
 		})
+	}
+}
+
+// Every single-bit flip in a record that has more records after it is
+// reported, never taken for a torn tail, wherever it lands in the record.
+func TestEveryBitFlipBeforeTailIsCorruption(t *testing.T) {
+	src := t.TempDir()
+	segs := buildLog(t, src, 4, 1<<20)
+	orig, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := recordOffsets(t, segs[0])
+	// Records: segment header, hard state, entries 1..4. Damage entry 1.
+	lo, hi := offs[2], offs[3]
+	dir := t.TempDir()
+	path := filepath.Join(dir, filepath.Base(segs[0]))
+	for off := lo; off < hi; off++ {
+		for bit := 0; bit < 8; bit++ {
+			data := append([]byte(nil), orig...)
+			data[off] ^= 1 << bit
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l, err := Open(Options{Dir: dir, NoSync: true})
+			if err == nil {
+				last, _ := l.Storage().LastIndex()
+				l.Close()
+				t.Fatalf("flip of bit %d at offset %d went unnoticed (last index %d)", bit, off, last)
+			}
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("flip of bit %d at offset %d: %v, want ErrCorrupt", bit, off, err)
+			}
+		}
 	}
 }
