@@ -131,8 +131,9 @@ func (l *Log) IsNew() bool { return l.isNew }
 func (l *Log) Storage() *Storage { return l.st }
 
 // Save persists what one MsgStorageAppend carries: first snap (if not
-// empty), then ents, then hs (if not empty), with one fdatasync covering all
-// of it (plus a directory fsync when a new segment was started). Entries
+// empty), then ents, then hs (if not empty), with one fdatasync of the WAL
+// covering all of it (plus a directory fsync when a new segment was started;
+// a snapshot's own file is fsynced before). Entries
 // whose first index is at or below the current last index replace the
 // conflicting suffix. Storage shows the new state only after the fsync.
 // Nothing to write means no IO.
