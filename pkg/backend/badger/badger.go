@@ -72,6 +72,15 @@ type Options struct {
 	ValueThreshold int64
 	// BlockCacheSize is the cache for LSM blocks. Default: Badger's (256 MiB).
 	BlockCacheSize int64
+	// MemTableSize is Badger's memtable size. It is raised to what
+	// MaxUpdateBytes needs, so it only ever raises the Update limit.
+	MemTableSize int64
+	// ValueLogFileSize is the size of one value log file, which bounds one
+	// value (1 MiB to 2 GiB-1). Default: Badger's (1 GiB-1).
+	ValueLogFileSize int64
+	// NumCompactors is the number of LSM compaction goroutines, at least 2.
+	// Default: Badger's (4).
+	NumCompactors int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -90,13 +99,22 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ValueThreshold > 1<<20 || o.ValueThreshold > o.MaxUpdateBytes {
 		return o, fmt.Errorf("badger value threshold %d: at most 1 MiB and at most max update bytes", o.ValueThreshold)
 	}
+	if o.ValueLogFileSize != 0 && (o.ValueLogFileSize < 1<<20 || o.ValueLogFileSize >= 2<<30) {
+		return o, fmt.Errorf("badger value log file size %d: want 1 MiB to 2 GiB-1", o.ValueLogFileSize)
+	}
+	if o.NumCompactors == 1 || o.NumCompactors < 0 {
+		return o, fmt.Errorf("badger num compactors %d: want at least 2", o.NumCompactors)
+	}
+	if o.MemTableSize < 0 || o.MemTableSize > 2<<30 {
+		return o, fmt.Errorf("badger memtable size %d: at most 2 GiB", o.MemTableSize)
+	}
 	return o, nil
 }
 
 func (o Options) badgerOptions(dir string, sync bool) badger.Options {
 	// Badger's transaction limit is 15% of the memtable size; round up so
 	// that limit is at least MaxUpdateBytes.
-	memTable := (o.MaxUpdateBytes*100 + 14) / 15
+	memTable := max((o.MaxUpdateBytes*100+14)/15, o.MemTableSize)
 	bo := badger.DefaultOptions(dir).
 		WithLogger(newLogger(o.Logger)).
 		WithSyncWrites(sync).
@@ -111,6 +129,12 @@ func (o Options) badgerOptions(dir string, sync bool) badger.Options {
 		WithMetricsEnabled(false)
 	if o.BlockCacheSize > 0 {
 		bo = bo.WithBlockCacheSize(o.BlockCacheSize)
+	}
+	if o.ValueLogFileSize > 0 {
+		bo = bo.WithValueLogFileSize(o.ValueLogFileSize)
+	}
+	if o.NumCompactors > 0 {
+		bo = bo.WithNumCompactors(o.NumCompactors)
 	}
 	return bo
 }
@@ -284,6 +308,9 @@ func (be *Backend) Snapshot(w io.Writer) (int64, error) {
 	stream := be.db.NewStream()
 	stream.Prefix = []byte{nsData}
 	stream.LogPrefix = "kvd snapshot"
+	// Each stream goroutine allocates its own multi-MiB buffers; a snapshot
+	// is rare and bound by the writer it feeds, not by iteration.
+	stream.NumGo = 2
 	if _, err := stream.Backup(cw, 0); err != nil {
 		return cw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // testOptions keeps memtables small: tests open many databases.
-var testOptions = badger.Options{MaxUpdateBytes: 4 << 20}
+var testOptions = badger.Options{MaxUpdateBytes: 1 << 20}
 
 func open(tb testing.TB, dir string, bo badger.Options) *badger.Backend {
 	tb.Helper()
@@ -190,6 +190,9 @@ func TestBadOptions(t *testing.T) {
 	for _, bo := range []badger.Options{
 		{MaxUpdateBytes: 1 << 30},
 		{ValueThreshold: 2 << 20},
+		{NumCompactors: 1},
+		{ValueLogFileSize: 1 << 10},
+		{MemTableSize: 4 << 30},
 	} {
 		if _, err := badger.Open(backend.Options{Dir: t.TempDir()}, bo); err == nil {
 			t.Errorf("Open accepted %+v", bo)
