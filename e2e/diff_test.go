@@ -10,10 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -67,7 +69,6 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 	sut := harness.StartKVD(t, harness.Options{Engine: engine})
 	refKV := pb.NewKVClient(ref.Client(t).ActiveConnection())
 	sutKV := pb.NewKVClient(sut.Client(t).ActiveConnection())
-	ctx := testCtx(t)
 	g := &opGen{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), rev: 1}
 	counts := map[string]int{}
 	mismatches := 0
@@ -78,6 +79,7 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 			resp proto.Message
 			err  error
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		sutc := make(chan result, 1)
 		go func() {
 			r, err := op.do(ctx, sutKV)
@@ -85,6 +87,13 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 		}()
 		refResp, refErr := op.do(ctx, refKV)
 		s := <-sutc
+		cancel()
+		// A timed-out op on both sides would compare equal and prove nothing.
+		for _, err := range []error{refErr, s.err} {
+			if code, _ := errCodeMsg(err); err != nil && (code == codes.DeadlineExceeded || code == codes.Canceled || code == codes.Unavailable) {
+				t.Fatalf("seed %d op %d: %s: no answer: %v (etcd error: %v)", seed, i, op, err, refErr)
+			}
+		}
 		if why := diffResults(refResp, refErr, s.resp, s.err); why != "" {
 			mismatches++
 			report := t.Errorf
