@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -138,8 +139,10 @@ func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	return resp, nil
 }
 
-// rangeStreamChunk is the number of keys a RangeStream chunk carries.
-const rangeStreamChunk = 1000
+// RangeStream chunks start small and adapt towards targetChunkBytes, as
+// etcd's do: the first answer comes quickly and big ranges move in chunks
+// near the request size limit.
+const initialStreamChunk = 10
 
 // RangeStream serves a range in chunks read at one revision, each from a
 // short-lived view, so neither side buffers the whole result.
@@ -168,32 +171,26 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 	}
 	end := apply.RangeEnd(r.RangeEnd)
 	total, err := rv.Range(r.Key, end, mvcc.RangeOptions{Rev: rev, Count: true})
-	headerRev := rv.Rev()
+	header := s.header(rv.Rev())
 	rv.End()
 	if err != nil {
 		return mvccErr(err)
 	}
-	last := &pb.RangeResponse{Header: s.header(headerRev), Count: int64(total.Count)}
+	count := int64(total.Count)
 	if r.CountOnly {
-		return stream.Send(&pb.RangeStreamResponse{RangeResponse: last})
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Header: header, Count: count}})
 	}
-	want := int64(total.Count)
-	if r.Limit > 0 && r.Limit < want {
-		want = r.Limit
-		last.More = true
-	}
-	key := r.Key
-	var sent int64
-	for sent < want {
-		n := min(int64(rangeStreamChunk), want-sent)
+	key, chunk, sent := r.Key, int64(initialStreamChunk), int64(0)
+	for {
+		n := chunk
+		if r.Limit > 0 {
+			n = min(n, r.Limit-sent)
+		}
 		rv := s.Store.Read()
 		rr, err := rv.Range(key, end, mvcc.RangeOptions{Rev: rev, Limit: n})
 		rv.End()
 		if err != nil {
 			return mvccErr(err)
-		}
-		if len(rr.KVs) == 0 {
-			break
 		}
 		kvs := make([]*mvccpb.KeyValue, len(rr.KVs))
 		for i := range rr.KVs {
@@ -203,21 +200,33 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 			}
 		}
 		sent += int64(len(kvs))
-		key = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
-		if end == nil {
-			// A single key has been sent.
-			sent = want
+		more := sent < count
+		out := &pb.RangeResponse{Kvs: kvs}
+		done := !more || len(kvs) == 0 || (r.Limit > 0 && sent >= r.Limit)
+		if done {
+			out.Header, out.More, out.Count = header, more, count
 		}
-		chunk := &pb.RangeResponse{Kvs: kvs}
-		if sent >= want {
-			chunk.Header, chunk.More, chunk.Count = last.Header, last.More, last.Count
-			return stream.Send(&pb.RangeStreamResponse{RangeResponse: chunk})
-		}
-		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: chunk}); err != nil {
+		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: out}); err != nil {
 			return err
 		}
+		if done {
+			return nil
+		}
+		key = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
+		chunk = nextChunk(chunk, proto.Size(out), s.cfg.MaxRequestBytes)
 	}
-	return stream.Send(&pb.RangeStreamResponse{RangeResponse: last})
+}
+
+// nextChunk doubles or halves the chunk's key count only when the last one
+// was outside [target/2, 2*target], so sizes do not thrash near the edge.
+func nextChunk(last int64, size, target int) int64 {
+	switch {
+	case size < target/2:
+		last *= 2
+	case size > target*2:
+		last /= 2
+	}
+	return max(last, 1)
 }
 
 func mvccErr(err error) error {

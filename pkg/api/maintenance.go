@@ -32,6 +32,7 @@ func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 		RaftAppliedIndex: s.Applied.Index(),
 		StorageVersion:   storageVersion,
 		DbSizeQuota:      s.cfg.QuotaBytes,
+		DowngradeInfo:    &pb.DowngradeInfo{},
 	}, nil
 }
 
@@ -112,5 +113,6 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 	for _, m := range s.Cluster.Members() {
 		ms = append(ms, &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
 	}
-	return &pb.MemberListResponse{Header: s.header(s.Store.Rev()), Members: ms}, nil
+	// etcd answers member calls with no revision in the header.
+	return &pb.MemberListResponse{Header: s.header(0), Members: ms}, nil
 }
