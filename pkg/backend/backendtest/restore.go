@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -54,6 +55,17 @@ func RunRestore(t *testing.T, open OpenFunc, restore RestoreFunc) {
 		wantRange(t, rangeAll(t, rtx, backend.Key, nil, nil, 0), []kv{{"a", "new"}})
 	})
 	t.Run("RejectsGarbage", func(t *testing.T) {
+		src := s.openNew(t)
+		var pairs []kv
+		for i := 0; i < 200; i++ {
+			pairs = append(pairs, kv{fmt.Sprintf("k%04d", i), strings.Repeat("v", 500)})
+		}
+		put(t, src, backend.Key, pairs...)
+		var snap bytes.Buffer
+		if _, err := src.Snapshot(&snap); err != nil {
+			t.Fatalf("Snapshot: %v", err)
+		}
+
 		dir := t.TempDir()
 		be := s.open(t, dir)
 		put(t, be, backend.Key, kv{"a", "1"})
@@ -63,6 +75,8 @@ func RunRestore(t *testing.T, open OpenFunc, restore RestoreFunc) {
 		for _, garbage := range [][]byte{
 			bytes.Repeat([]byte{0xff}, 8192),
 			bytes.Repeat([]byte("x"), 8192),
+			snap.Bytes()[:snap.Len()/2], // a stream cut short
+			nil,
 		} {
 			if err := restore(dir, bytes.NewReader(garbage)); err == nil {
 				t.Errorf("restore of %.4q... succeeded", garbage)

@@ -298,34 +298,30 @@ func diskUsage(dir string) (int64, error) {
 }
 
 // Snapshot streams every live key at one read timestamp in Badger's backup
-// format (DB.Backup), which Restore loads.
+// format (DB.Backup), framed with a length and checksum (see snapshot.go);
+// Restore loads it.
 func (be *Backend) Snapshot(w io.Writer) (int64, error) {
 	if !be.gate.Enter() {
 		return 0, backend.ErrClosed
 	}
 	defer be.gate.Exit()
-	cw := &countingWriter{w: w}
+	sw, err := newSnapshotWriter(w)
+	if err != nil {
+		return sw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+	}
 	stream := be.db.NewStream()
 	stream.Prefix = []byte{nsData}
 	stream.LogPrefix = "kvd snapshot"
 	// Each stream goroutine allocates its own multi-MiB buffers; a snapshot
 	// is rare and bound by the writer it feeds, not by iteration.
 	stream.NumGo = 2
-	if _, err := stream.Backup(cw, 0); err != nil {
-		return cw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+	if _, err := stream.Backup(sw, 0); err != nil {
+		return sw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
 	}
-	return cw.n, nil
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	if err := sw.finish(); err != nil {
+		return sw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+	}
+	return sw.n, nil
 }
 
 // Defrag compacts the LSM tree into one level, dropping overwritten and
@@ -396,16 +392,25 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	sr, err := newSnapshotReader(r)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	name := fmt.Sprintf("%s-%d", defaultDataDir, time.Now().UnixNano())
 	dir := filepath.Join(opts.Dir, name)
 	db, err := badger.Open(bo.badgerOptions(dir, true))
 	if err != nil {
 		return fmt.Errorf("restore: open badger db %s: %w", dir, err)
 	}
-	if err := load(db, r); err != nil {
+	if err := load(db, sr); err != nil {
 		_ = db.Close()
 		_ = os.RemoveAll(dir)
 		return fmt.Errorf("restore: load snapshot into %s: %w", dir, err)
+	}
+	if err := sr.verify(); err != nil {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("restore: %w", err)
 	}
 	if err := db.Close(); err != nil {
 		_ = os.RemoveAll(dir)
@@ -415,9 +420,8 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 		_ = os.RemoveAll(dir)
 		return fmt.Errorf("restore: %w", err)
 	}
-	if err := os.RemoveAll(filepath.Join(opts.Dir, old)); err != nil {
-		return fmt.Errorf("restore: remove old data %s: %w", old, err)
-	}
+	// The restore is done; what fails to go now, Open removes.
+	_ = os.RemoveAll(filepath.Join(opts.Dir, old))
 	return nil
 }
 

@@ -21,6 +21,7 @@ package bolt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -384,15 +385,9 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 		_ = os.Remove(tmpPath)
 		return fmt.Errorf("restore: %w", err)
 	}
-	bo.InitialMmapSize = 0
-	db, err := bolt.Open(tmpPath, 0o600, bo.boltOptions())
-	if err != nil {
+	if err := checkFile(tmpPath, bo); err != nil {
 		_ = os.Remove(tmpPath)
-		return fmt.Errorf("restore: snapshot is not a bolt file: %w", err)
-	}
-	if err := db.Close(); err != nil {
-		_ = os.Remove(tmpPath)
-		return fmt.Errorf("restore: close %s: %w", tmpPath, err)
+		return fmt.Errorf("restore: snapshot is not a sound bolt file: %w", err)
 	}
 	if err := os.Rename(tmpPath, path); err != nil {
 		_ = os.Remove(tmpPath)
@@ -400,6 +395,80 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 	}
 	if err := syncDir(opts.Dir); err != nil {
 		return fmt.Errorf("restore: %w", err)
+	}
+	return nil
+}
+
+// checkFile opens the bolt file at path and walks every page, so that a
+// truncated or damaged snapshot is refused before it replaces good data.
+func checkFile(path string, bo Options) (err error) {
+	if err := checkExtent(path); err != nil {
+		return err
+	}
+	bo.InitialMmapSize = 0
+	bo.LockTimeout = time.Second
+	db, err := bolt.Open(path, 0o600, bo.boltOptions())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := db.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	return db.View(func(tx *bolt.Tx) error {
+		var first error
+		for err := range tx.Check() {
+			if first == nil {
+				first = err
+			}
+		}
+		return first
+	})
+}
+
+// Offsets in bolt's meta page (page header, then the meta struct), on disk
+// in the machine's byte order, which is little-endian wherever kvd runs.
+const (
+	metaMagicOff    = 16
+	metaPageSizeOff = 24
+	metaPgidOff     = 56
+	metaEnd         = 64
+	boltMagic       = 0xED0CDAED
+)
+
+// checkExtent refuses a file shorter than its meta pages claim. bolt maps the
+// file without comparing the two, and touching a mapped page past the end of
+// the file kills the process (SIGBUS) rather than returning an error: a
+// snapshot stream cut short must be caught here.
+func checkExtent(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	hdr := make([]byte, metaEnd)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return fmt.Errorf("read meta page 0: %w", err)
+	}
+	pageSize := int64(binary.LittleEndian.Uint32(hdr[metaPageSizeOff:]))
+	if binary.LittleEndian.Uint32(hdr[metaMagicOff:]) != boltMagic || pageSize < 512 || pageSize > 1<<20 {
+		return errors.New("not a bolt file (bad magic or page size in meta page 0)")
+	}
+	for i := int64(0); i < 2; i++ {
+		if _, err := f.ReadAt(hdr, i*pageSize); err != nil {
+			return fmt.Errorf("read meta page %d: %w", i, err)
+		}
+		if binary.LittleEndian.Uint32(hdr[metaMagicOff:]) != boltMagic {
+			continue // bolt falls back to the other meta page
+		}
+		if need := int64(binary.LittleEndian.Uint64(hdr[metaPgidOff:])) * pageSize; need > fi.Size() {
+			return fmt.Errorf("file is %d bytes, meta page %d needs %d: truncated", fi.Size(), i, need)
+		}
 	}
 	return nil
 }
