@@ -275,6 +275,12 @@ median() {
 		awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
 }
 
+# spread "V1 V2 ...": " (min–max)" of two or more values, rounded.
+spread() {
+	tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR > 1) printf " (%.0f–%.0f)", v[1], v[NR] }'
+}
+
 # ratio A B: A/B to two decimals, or n/a.
 ratio() {
 	if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ] || [ "$2" = 0.00 ]; then
@@ -288,7 +294,7 @@ tables() {
 	local bound_text="${total:+$total requests}"
 	bound_text=${bound_text:-$duration}
 	local of_rounds=""
-	[ "$rounds" -gt 1 ] && of_rounds=", medians of $rounds rounds"
+	[ "$rounds" -gt 1 ] && of_rounds=", medians of $rounds rounds (req/s: min–max in brackets)"
 	echo "$clients clients over $conns connections, $bound_text per workload after $warmup warm-up$of_rounds;" \
 		"$(nproc 2>/dev/null || echo "?") CPUs (load average at start $load_at_start), $(go env GOVERSION)," \
 		"kvd $(git rev-parse --short HEAD 2>/dev/null || echo "?")."
@@ -304,8 +310,8 @@ tables() {
 			fi
 			mrps[$s,$w]=$(median "${rps[$s,$w]}")
 			mp99[$s,$w]=$(median "${p99[$s,$w]}")
-			printf '| %s | %s | %.0f | %.2f | %.2f | %.2f | %s |\n' "$s" "$(workload_label "$w")" \
-				"${mrps[$s,$w]}" "$(median "${p50[$s,$w]}")" "${mp99[$s,$w]}" \
+			printf '| %s | %s | %.0f%s | %.2f | %.2f | %.2f | %s |\n' "$s" "$(workload_label "$w")" \
+				"${mrps[$s,$w]}" "$(spread "${rps[$s,$w]}")" "$(median "${p50[$s,$w]}")" "${mp99[$s,$w]}" \
 				"$(median "${p999[$s,$w]}")" "${errs[$s,$w]}"
 		done
 	done
