@@ -105,8 +105,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.NumCompactors == 1 || o.NumCompactors < 0 {
 		return o, fmt.Errorf("badger num compactors %d: want at least 2", o.NumCompactors)
 	}
-	if o.MemTableSize < 0 || o.MemTableSize > 2<<30 {
-		return o, fmt.Errorf("badger memtable size %d: at most 2 GiB", o.MemTableSize)
+	// Badger maps a memtable's log at twice its size with 32-bit offsets.
+	if o.MemTableSize < 0 || o.MemTableSize >= 2<<30 {
+		return o, fmt.Errorf("badger memtable size %d: want less than 2 GiB", o.MemTableSize)
 	}
 	return o, nil
 }

@@ -192,7 +192,7 @@ func TestBadOptions(t *testing.T) {
 		{ValueThreshold: 2 << 20},
 		{NumCompactors: 1},
 		{ValueLogFileSize: 1 << 10},
-		{MemTableSize: 4 << 30},
+		{MemTableSize: 2 << 30},
 	} {
 		if _, err := badger.Open(backend.Options{Dir: t.TempDir()}, bo); err == nil {
 			t.Errorf("Open accepted %+v", bo)
