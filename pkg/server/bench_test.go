@@ -13,11 +13,9 @@ import (
 // b.SetParallelism(16) goroutines per CPU as concurrent clients.
 
 func benchMember(b *testing.B, engine string) *member {
-	t := &testing.T{}
-	c := testConfig(t, engine, b.TempDir())
-	m := startMember(t, c)
-	b.Cleanup(m.stop)
-	put(t, m, "warm", "up")
+	c := testConfig(b, engine, b.TempDir())
+	m := startMember(b, c)
+	put(b, m, "warm", "up")
 	return m
 }
 

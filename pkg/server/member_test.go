@@ -23,7 +23,7 @@ import (
 
 var engines = []string{"bolt", "badger"}
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,7 +33,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func testConfig(t *testing.T, engine, dir string) *config.Config {
+func testConfig(t testing.TB, engine, dir string) *config.Config {
 	t.Helper()
 	c := config.Default()
 	c.Name = "m1"
@@ -58,7 +58,7 @@ type member struct {
 	kv   pb.KVClient
 }
 
-func startMember(t *testing.T, c *config.Config, opts ...fx.Option) *member {
+func startMember(t testing.TB, c *config.Config, opts ...fx.Option) *member {
 	t.Helper()
 	app := fx.New(append([]fx.Option{
 		fx.Supply(c, zap.NewNop()),
@@ -92,7 +92,7 @@ func (m *member) stop() {
 }
 
 // put retries while the member elects itself.
-func put(t *testing.T, m *member, k, v string) *pb.PutResponse {
+func put(t testing.TB, m *member, k, v string) *pb.PutResponse {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
