@@ -9,7 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 	"time"
 
 	"go.uber.org/fx"
@@ -66,16 +68,28 @@ func run(args []string) int {
 		return 1
 	}
 	lg.Info("kvd started", zap.String("name", cfg.Name), zap.String("data-dir", cfg.DataDir), zap.String("backend", cfg.Backend.Engine))
-	sig := <-app.Wait()
+	// Stop cleanly on SIGTERM/SIGINT, or when an actor failure asks fx to
+	// shut down (exit code 1).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	exitCode := 0
+	select {
+	case s := <-sigs:
+		lg.Info("kvd stopping", zap.Stringer("signal", s))
+	case sig := <-app.Wait():
+		exitCode = sig.ExitCode
+	}
+	signal.Stop(sigs)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := app.Stop(stopCtx); err != nil {
 		lg.Error("kvd stop", zap.Error(err))
-		if sig.ExitCode == 0 {
+		if exitCode == 0 {
 			return 1
 		}
 	}
-	return sig.ExitCode
+	lg.Info("kvd stopped", zap.Int("exit-code", exitCode))
+	return exitCode
 }
 
 func newLogger(level string) (*zap.Logger, error) {
