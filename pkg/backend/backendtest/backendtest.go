@@ -444,9 +444,9 @@ func (s suite) failedWriteCommitsNothing(t *testing.T) {
 	wantValue(t, be, backend.Key, "good", "", false)
 }
 
-// concurrent runs readers beside writers; every committed state keeps the
-// invariant that keys a and b hold the same counter, and a reader never sees
-// the counter go back.
+// concurrent runs readers beside writers and Defrag; every committed state
+// keeps the invariant that keys a and b hold the same counter, and a reader
+// never sees the counter go back.
 func (s suite) concurrent(t *testing.T) {
 	be := s.openNew(t)
 	const writes = 100
@@ -525,6 +525,12 @@ func (s suite) concurrent(t *testing.T) {
 				last = na
 			}
 		}()
+	}
+	// Defrag while they run: it may block writers, never break a reader.
+	for i := 0; i < 3; i++ {
+		if err := be.Defrag(); err != nil {
+			t.Errorf("Defrag under load: %v", err)
+		}
 	}
 	wg.Wait()
 	close(done)
