@@ -91,7 +91,10 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 		// A timed-out op on both sides would compare equal and prove nothing.
 		for _, err := range []error{refErr, s.err} {
 			if code, _ := errCodeMsg(err); err != nil && (code == codes.DeadlineExceeded || code == codes.Canceled || code == codes.Unavailable) {
-				t.Fatalf("seed %d op %d: %s: no answer: %v (etcd error: %v)", seed, i, op, err, refErr)
+				_, refState := ref.Exited()
+				_, sutState := sut.Exited()
+				t.Fatalf("seed %d op %d: %s: no answer: %v (etcd error: %v; etcd process: %v, %s process: %v)",
+					seed, i, op, err, refErr, orRunning(refState), sut.Label(), orRunning(sutState))
 			}
 		}
 		if why := diffResults(refResp, refErr, s.resp, s.err); why != "" {
@@ -520,4 +523,11 @@ func clearIgnoreFlags(op *pb.RequestOp) bool {
 		p.IgnoreValue, p.IgnoreLease = false, false
 	}
 	return false
+}
+
+func orRunning(exit error) any {
+	if exit == nil {
+		return "running"
+	}
+	return exit
 }

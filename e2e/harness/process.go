@@ -198,6 +198,11 @@ func (p *Process) launch() error {
 		err := cmd.Wait()
 		stdout.Close()
 		stderr.Close()
+		if err == nil {
+			// Say so: a clean exit nobody asked for is as much a failure
+			// as a crash, and "<nil>" reads like no information.
+			err = fmt.Errorf("%s", cmd.ProcessState)
+		}
 		p.mu.Lock()
 		p.werr = err
 		p.mu.Unlock()
@@ -254,7 +259,8 @@ func (p *Process) doneChan() chan struct{} {
 	return p.done
 }
 
-// Exited reports whether the current run has exited, and how.
+// Exited reports whether the current run has exited, and how: the error is
+// never nil once it has ("exit status 0", "signal: killed", ...).
 func (p *Process) Exited() (bool, error) {
 	p.mu.Lock()
 	done := p.done
