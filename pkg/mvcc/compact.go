@@ -31,7 +31,7 @@ func (b *Batch) Compact(rev int64) (<-chan struct{}, error) {
 	if rev > b.rev {
 		return nil, ErrFutureRev
 	}
-	b.put(backend.Meta, metaScheduledCompact, revToBytes(index.Revision{Main: rev}, false))
+	b.putMeta(metaScheduledCompact, revToBytes(index.Revision{Main: rev}, false))
 	b.compactRev = rev
 	job := &compactJob{rev: rev, done: make(chan struct{})}
 	b.compactions = append(b.compactions, job)
@@ -136,8 +136,16 @@ var errCompactorStopped = fmt.Errorf("mvcc compactor stopped")
 
 // compact compacts the index at rev and deletes from the Key bucket every
 // revision <= rev that the index no longer holds.
+//
+// It first commits the buffered writes: they include every revision <= rev
+// and the scheduledCompactRev mark, which must be in the backend before any
+// deletion, or a deleted revision could be written back by a later commit,
+// and a crash could leave deletions without the mark that resumes them.
 func (c *compactor) compact(rev int64) error {
 	lg := c.s.lg
+	if err := c.s.Flush(); err != nil {
+		return fmt.Errorf("compact at %d: %w", rev, err)
+	}
 	keep := c.s.idx.Compact(rev)
 	start := revToBytes(index.Revision{}, false)
 	end := revToBytes(index.Revision{Main: rev + 1}, false)

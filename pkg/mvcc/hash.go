@@ -36,6 +36,9 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 		rev = currentRev
 	}
 	keep := s.idx.Keep(rev)
+	// As a read view: buffers loaded after the revision, the backend view
+	// after the buffers (see buffer.go).
+	st := s.bufs.Load()
 	tx, err := s.be.ReadTx()
 	s.mu.RUnlock()
 	if err != nil {
@@ -47,6 +50,24 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 	h.Write([]byte(backend.Key))
 	upper := index.Revision{Main: rev + 1}
 	lower := index.Revision{Main: compactRev + 1}
+	add := func(kr index.Revision, tomb bool, k, v []byte) {
+		if lower.GreaterThan(kr) {
+			if _, ok := keep[kr]; !ok {
+				return
+			}
+		}
+		// A tombstone at the compaction revision survives compaction since
+		// etcd 3.5.16 but not before; etcd leaves it out of the hash.
+		if tomb && kr.Main == compactRev {
+			return
+		}
+		h.Write(k)
+		h.Write(v)
+	}
+	// The backend holds a prefix of the history (less what compaction
+	// deleted), the buffers what follows; a buffered revision at or below
+	// the backend's last one was committed after the buffers were loaded.
+	var last index.Revision
 	var decodeErr error
 	err = tx.Range(backend.Key, nil, revToBytes(upper, false), 0, func(k, v []byte) bool {
 		kr, tomb, err := bytesToRev(k)
@@ -54,18 +75,8 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 			decodeErr = err
 			return false
 		}
-		if lower.GreaterThan(kr) {
-			if _, ok := keep[kr]; !ok {
-				return true
-			}
-		}
-		// A tombstone at the compaction revision survives compaction since
-		// etcd 3.5.16 but not before; etcd leaves it out of the hash.
-		if tomb && kr.Main == compactRev {
-			return true
-		}
-		h.Write(k)
-		h.Write(v)
+		last = kr
+		add(kr, tomb, k, v)
 		return true
 	})
 	if err == nil {
@@ -73,6 +84,20 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 	}
 	if err != nil {
 		return 0, currentRev, compactRev, fmt.Errorf("hash kv at %d: %w", rev, err)
+	}
+	var k []byte
+	for _, ents := range [][]bufEntry{st.frozen, st.active} {
+		for i := range ents {
+			e := &ents[i]
+			if e.rev.Main > rev {
+				break
+			}
+			if compareRev(e.rev, last) <= 0 {
+				continue
+			}
+			k = appendRev(k[:0], e.rev, e.tomb)
+			add(e.rev, e.tomb, k, e.value)
+		}
 	}
 	return h.Sum32(), currentRev, compactRev, nil
 }

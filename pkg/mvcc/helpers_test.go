@@ -63,7 +63,12 @@ func (ts *testStore) open() {
 	if err != nil {
 		ts.t.Fatalf("open %s backend: %v", ts.e.name, err)
 	}
-	s, err := open(be, testLogger(ts.t), ts.cfg)
+	cfg := ts.cfg
+	if cfg.batchBytes == 0 {
+		// The badger test engine's updates hold 4 MiB.
+		cfg.batchBytes = 1 << 20
+	}
+	s, err := open(be, testLogger(ts.t), cfg)
 	if err != nil {
 		_ = be.Close()
 		ts.t.Fatalf("open store: %v", err)
@@ -78,6 +83,20 @@ func (ts *testStore) close() {
 	if err := ts.Store.Close(); err != nil {
 		ts.t.Errorf("close store: %v", err)
 	}
+	if err := ts.be.Close(); err != nil {
+		ts.t.Errorf("close backend: %v", err)
+	}
+	ts.Store, ts.be = nil, nil
+}
+
+// crash stops the store without committing its buffered writes, as if the
+// process died, and closes the backend.
+func (ts *testStore) crash() {
+	ts.t.Helper()
+	ts.Store.closeOnce.Do(func() {
+		ts.Store.compactor.stop()
+		ts.Store.flusher.stop()
+	})
 	if err := ts.be.Close(); err != nil {
 		ts.t.Errorf("close backend: %v", err)
 	}

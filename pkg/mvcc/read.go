@@ -50,23 +50,25 @@ type Reader interface {
 // view while holding one.
 type ReadTxn struct {
 	s          *Store
-	tx         backend.ReadTx
-	err        error
 	rev        int64
 	compactRev int64
-	ended      bool
+	// active and frozen are the buffers loaded after rev; tx is the backend
+	// view, opened on the first read that misses them (see buffer.go).
+	active, frozen []bufEntry
+	tx             backend.ReadTx
+	scratch        []byte
+	ended          bool
 }
 
-// Read opens a read view at Rev(). Index entries above Rev() belong to an
-// uncommitted batch and are never looked at; the backend view, opened after
-// Rev() was published, holds every revision <= Rev().
+// Read opens a read view at Rev(). Index entries above Rev() belong to a
+// batch not yet applied and are never looked at; every revision <= Rev() is
+// in the buffers the view loads after Rev() or in the backend view it opens
+// later.
 func (s *Store) Read() *ReadTxn {
 	s.mu.RLock()
 	t := &ReadTxn{s: s, rev: s.rev.Load(), compactRev: s.compactRev}
-	t.tx, t.err = s.be.ReadTx()
-	if t.err != nil {
-		t.err = fmt.Errorf("mvcc read view at %d: %w", t.rev, t.err)
-	}
+	st := s.bufs.Load()
+	t.active, t.frozen = st.active, st.frozen
 	return t
 }
 
@@ -78,10 +80,15 @@ func (t *ReadTxn) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) 
 	if t.ended {
 		panic("mvcc: Range on an ended read view")
 	}
-	if t.err != nil {
-		return nil, t.err
+	return rangeKeys(t.s.idx, t, key, end, t.rev, t.compactRev, ro)
+}
+
+func (t *ReadTxn) getRev(rev index.Revision) ([]byte, bool, error) {
+	v, ok, err := getRev(t.active, t.frozen, t.s.be, &t.tx, &t.scratch, rev)
+	if err != nil {
+		err = fmt.Errorf("read view at %d: %w", t.rev, err)
 	}
-	return rangeKeys(t.s.idx, t.tx, key, end, t.rev, t.compactRev, ro)
+	return v, ok, err
 }
 
 // End releases the view. Calling it twice is harmless.
@@ -96,8 +103,13 @@ func (t *ReadTxn) End() {
 	t.s.mu.RUnlock()
 }
 
+// revGetter reads the KeyValue put at a revision: a read view or a batch.
+type revGetter interface {
+	getRev(rev index.Revision) ([]byte, bool, error)
+}
+
 // rangeKeys answers a Range at curRev over idx and tx, etcd's rangeKeys.
-func rangeKeys(idx *index.Index, tx backend.ReadTx, key, end []byte, curRev, compactRev int64, ro RangeOptions) (*RangeResult, error) {
+func rangeKeys(idx *index.Index, tx revGetter, key, end []byte, curRev, compactRev int64, ro RangeOptions) (*RangeResult, error) {
 	rev := ro.Rev
 	if rev > curRev {
 		return &RangeResult{Rev: curRev, Count: -1}, ErrFutureRev
@@ -117,10 +129,8 @@ func rangeKeys(idx *index.Index, tx backend.ReadTx, key, end []byte, curRev, com
 		return res, nil
 	}
 	res.KVs = make([]mvccpb.KeyValue, len(revs))
-	var rk []byte
 	for i, r := range revs {
-		rk = appendRev(rk[:0], r, false)
-		v, ok, err := tx.Get(backend.Key, rk)
+		v, ok, err := tx.getRev(r)
 		if err != nil {
 			return nil, fmt.Errorf("mvcc range: read revision %v: %w", r, err)
 		}

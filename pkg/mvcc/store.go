@@ -6,8 +6,10 @@
 // above it.
 //
 // Roles: one applier goroutine writes, through Apply; any number of
-// goroutines read, through Read and HashByRev; a compactor goroutine owned by
-// the Store deletes compacted revisions from the backend in the background.
+// goroutines read, through Read and HashByRev; a flusher goroutine owned by
+// the Store commits applied writes to the backend in batches (buffer.go); a
+// compactor goroutine owned by the Store deletes compacted revisions from the
+// backend in the background.
 package mvcc
 
 import (
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
@@ -35,7 +38,13 @@ var (
 // the member must stop and recover from the WAL.
 var ErrStoreFailed = errors.New("mvcc: store failed")
 
-const defaultCompactBatchLimit = 1000
+// Defaults of Options.
+const (
+	defaultCompactBatchLimit = 1000
+	defaultBatchInterval     = 100 * time.Millisecond
+	defaultBatchLimit        = 10000
+	defaultBatchBytes        = 8 << 20
+)
 
 // Store is the MVCC store over a backend.
 type Store struct {
@@ -43,8 +52,9 @@ type Store struct {
 	idx *index.Index
 	lg  *zap.Logger
 
-	// rev is the newest revision readers may see: every write <= rev is
-	// committed in the backend. Written by the applier after a commit.
+	// rev is the newest revision readers may see: every write <= rev is in
+	// the published buffers or committed in the backend. Written by the
+	// applier after it published the batch's buffered writes.
 	rev atomic.Int64
 
 	consistentIndex atomic.Uint64
@@ -60,10 +70,23 @@ type Store struct {
 	// applier reads it without lock.
 	compactRev int64
 
-	// applyMu serialises Apply. failed is set, under applyMu, when an Apply
-	// failed; the store refuses writes afterwards.
+	// applyMu serialises Apply and freezing the active buffer. failed is
+	// set, under applyMu, when an Apply failed; the store refuses writes
+	// afterwards.
 	applyMu sync.Mutex
 	failed  error
+	// active is the write-back buffer Apply appends to (under applyMu).
+	active *wbuf
+	// bufs is what readers see of the buffers; stores are serialised by
+	// stateMu.
+	bufs    atomic.Pointer[bufState]
+	stateMu sync.Mutex
+	// flushFailed holds the error of a failed commit of buffered writes.
+	flushFailed atomic.Pointer[error]
+	// batchLimit and batchBytes: Apply has the active buffer frozen for a
+	// commit once it holds this many Key writes or bytes.
+	batchLimit, batchBytes int
+	flusher                flusher
 
 	compactor compactor
 	// resumed closes when the compaction Open resumed is done (nil: none).
@@ -71,35 +94,92 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-// Open opens the store kept in be: it reads the consistent index and the
-// compaction marks from Meta, rebuilds the index from the Key bucket, and
-// resumes a physical compaction that was scheduled but not finished. be stays
-// owned by the caller, who closes it after Store.Close. lg may be nil.
-func Open(be backend.Backend, lg *zap.Logger) (*Store, error) {
-	return open(be, lg, config{compactBatchLimit: defaultCompactBatchLimit})
+// Options tune a Store. Zero values take the defaults.
+type Options struct {
+	// Logger may be nil.
+	Logger *zap.Logger
+	// BatchInterval bounds how long applied writes wait in memory before
+	// they are committed to the backend (etcd's backend-batch-interval).
+	// Default: 100 ms.
+	BatchInterval time.Duration
+	// BatchLimit and BatchBytes start a commit once the applied writes not
+	// committed yet number this many Key bucket writes or take this many
+	// bytes (etcd's backend-batch-limit). One backend update holds at most
+	// that plus one Apply's writes, and is never split: keep it under the
+	// engine's update limit (Badger's MaxUpdateBytes). Defaults: 10,000
+	// writes, 8 MiB.
+	BatchLimit int
+	BatchBytes int
+	// CompactBatchLimit is how many revisions one compaction update scans.
+	// Default: 1000.
+	CompactBatchLimit int
 }
 
-// config holds knobs tests turn.
+// Open opens the store kept in be with the default Options and logger lg
+// (may be nil).
+func Open(be backend.Backend, lg *zap.Logger) (*Store, error) {
+	return OpenWithOptions(be, Options{Logger: lg})
+}
+
+// OpenWithOptions opens the store kept in be: it reads the consistent index
+// and the compaction marks from Meta, rebuilds the index from the Key
+// bucket, and resumes a physical compaction that was scheduled but not
+// finished. be stays owned by the caller, who closes it after Store.Close.
+func OpenWithOptions(be backend.Backend, o Options) (*Store, error) {
+	return open(be, o.Logger, config{
+		compactBatchLimit: o.CompactBatchLimit,
+		batchInterval:     o.BatchInterval,
+		batchLimit:        o.BatchLimit,
+		batchBytes:        o.BatchBytes,
+	})
+}
+
+// config holds the options and knobs tests turn; zero values take the
+// defaults.
 type config struct {
 	compactBatchLimit int
+	batchInterval     time.Duration
+	batchLimit        int
+	batchBytes        int
 	// afterCompactChunk is called by the compactor after each chunk.
 	afterCompactChunk func(s *Store, rev int64)
+}
+
+func (c config) withDefaults() config {
+	if c.compactBatchLimit <= 0 {
+		c.compactBatchLimit = defaultCompactBatchLimit
+	}
+	if c.batchInterval <= 0 {
+		c.batchInterval = defaultBatchInterval
+	}
+	if c.batchLimit <= 0 {
+		c.batchLimit = defaultBatchLimit
+	}
+	if c.batchBytes <= 0 {
+		c.batchBytes = defaultBatchBytes
+	}
+	return c
 }
 
 func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	s := &Store{be: be, idx: index.New(), lg: lg, compactRev: -1}
+	cfg = cfg.withDefaults()
+	s := &Store{be: be, idx: index.New(), lg: lg, compactRev: -1,
+		active: newWbuf(), batchLimit: cfg.batchLimit, batchBytes: cfg.batchBytes}
+	s.bufs.Store(&bufState{})
 	s.compactor.init(s, cfg.compactBatchLimit)
 	if f := cfg.afterCompactChunk; f != nil {
 		s.compactor.afterChunk = func(rev int64) { f(s, rev) }
 	}
+	s.flusher.init(s, cfg.batchInterval)
 
 	scheduled, err := s.restore()
 	if err != nil {
 		return nil, err
 	}
+	go s.flusher.run()
 	go s.compactor.run()
 	if scheduled > 0 {
 		lg.Info("resuming unfinished compaction", zap.Int64("revision", scheduled))
@@ -233,10 +313,16 @@ func (s *Store) ConsistentIndex() uint64 { return s.consistentIndex.Load() }
 // ConsistentTerm returns the raft term stored with ConsistentIndex.
 func (s *Store) ConsistentTerm() uint64 { return s.consistentTerm.Load() }
 
-// Close stops the background compactor, waiting for the chunk it is deleting;
-// an unfinished compaction resumes at the next Open. The store must not be
-// used afterwards. It does not close the backend.
+// Close stops the background compactor, waiting for the chunk it is
+// deleting (an unfinished compaction resumes at the next Open), commits the
+// applied writes (Flush) and stops the flusher. The store must not be used
+// afterwards. It does not close the backend.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.compactor.stop)
-	return nil
+	var err error
+	s.closeOnce.Do(func() {
+		s.compactor.stop()
+		err = s.Flush()
+		s.flusher.stop()
+	})
+	return err
 }

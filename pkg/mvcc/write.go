@@ -10,59 +10,108 @@ import (
 	"github.com/kvd-dev/kvd/pkg/index"
 )
 
-// Batch is one backend write transaction holding the effects of several raft
-// entries. It is only valid inside the Apply callback, on its goroutine.
+// Batch holds the effects of several raft entries, applied together. It is
+// only valid inside the Apply callback, on its goroutine.
 type Batch struct {
-	s  *Store
-	tx backend.WriteTx
+	s *Store
+	// buf is the active buffer; the batch appends its Key writes to buf.ents
+	// beyond n0, the published prefix, and stages its Meta writes in meta.
+	buf    *wbuf
+	n0     int
+	bytes0 int
+	meta   []metaWrite
+	// frozen is the frozen buffer when the batch began; tx is the backend
+	// view opened on the first read that misses the buffers. Together they
+	// hold every revision up to the store revision (see buffer.go).
+	frozen  []bufEntry
+	tx      backend.ReadTx
+	scratch []byte
+	// applying is true while the Apply callback runs.
+	applying bool
 	// rev is the store revision including the transactions ended in this
-	// batch; it is published when the batch commits.
+	// batch; it is published when the batch is applied.
 	rev int64
 	// compactRev is the store's compactRev raised by compactions in this
 	// batch; writes in the batch read against it.
 	compactRev int64
 	// compactions holds the jobs (and barriers) to hand to the compactor
-	// once the batch commits, in order.
+	// once the batch is applied, in order.
 	compactions []*compactJob
 	ci, term    uint64
 	setCI       bool
 	open        *TxnWrite
-	// err is the first backend or encoding error of a write; it fails the
-	// batch.
+	// err is the first error of a write; it fails the batch.
 	err error
 }
 
-// Apply runs fn in one backend write transaction: the applier's transaction
-// for a batch of raft entries. If fn returns nil the batch is committed and
-// then its revisions, consistent index and compactions are published to
-// readers; until then readers see none of it.
+type metaWrite struct {
+	key   string
+	value []byte
+}
+
+// Apply runs fn to apply a batch of raft entries. If fn returns nil, the
+// batch's writes are published: once Apply returns, readers and later
+// batches see its revisions, consistent index and compactions. The backend
+// commit comes later, in the background (see Flush); until then the
+// writes live in memory, and after a crash the WAL replays them.
 //
-// An error (from fn, a write, or the commit) rolls the backend back but
-// leaves the index holding the batch's writes, so it is fatal for the member:
-// the store fails every later Apply with ErrStoreFailed and the member must
-// stop and restart, replaying the WAL from the consistent index.
+// An error (from fn or a write) discards the batch's buffered writes but
+// leaves the index holding them, so it is fatal for the member: the store
+// fails every later Apply with ErrStoreFailed and the member must stop and
+// restart, replaying the WAL from the consistent index. So does a failed
+// commit of buffered writes. Apply may wait for the commit of earlier
+// batches when the buffered writes pass the batch limits.
 func (s *Store) Apply(fn func(b *Batch) error) error {
+	full, err := s.apply(fn)
+	if err != nil {
+		return err
+	}
+	if full {
+		// The error of a failed commit fails the next Apply: this batch is
+		// applied and readers see it.
+		_ = s.flusher.request(false)
+	}
+	return nil
+}
+
+func (s *Store) apply(fn func(b *Batch) error) (full bool, err error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if s.failed != nil {
-		return fmt.Errorf("%w: %w", ErrStoreFailed, s.failed)
+		return false, fmt.Errorf("%w: %w", ErrStoreFailed, s.failed)
 	}
-	b := &Batch{s: s, rev: s.rev.Load(), compactRev: s.compactRev}
-	err := s.be.Update(func(tx backend.WriteTx) error {
-		b.tx = tx
-		defer func() { b.tx = nil }()
-		if err := fn(b); err != nil {
-			return err
-		}
-		if b.open != nil {
-			return errors.New("write txn not ended")
-		}
-		return b.err
-	})
+	if p := s.flushFailed.Load(); p != nil {
+		return false, fmt.Errorf("%w: %w", ErrStoreFailed, *p)
+	}
+	w := s.active
+	b := &Batch{s: s, buf: w, n0: len(w.ents), bytes0: w.bytes, frozen: s.bufs.Load().frozen,
+		rev: s.rev.Load(), compactRev: s.compactRev, applying: true}
+	err = fn(b)
+	if err == nil && b.open != nil {
+		err = errors.New("write txn not ended")
+	}
+	if err == nil {
+		err = b.err
+	}
+	b.applying = false
+	if b.tx != nil {
+		b.tx.Release()
+		b.tx = nil
+	}
 	if err != nil {
+		clear(w.ents[b.n0:])
+		w.ents = w.ents[:b.n0]
+		w.bytes = b.bytes0
 		s.failed = err
-		return fmt.Errorf("mvcc apply batch at revision %d: %w", b.rev, err)
+		return false, fmt.Errorf("mvcc apply batch at revision %d: %w", b.rev, err)
 	}
+	for _, m := range b.meta {
+		if _, ok := w.meta[m.key]; !ok {
+			w.bytes += writeBytes(backend.Meta, len(m.key), len(m.value))
+		}
+		w.meta[m.key] = m.value
+	}
+	s.publishActive()
 	s.rev.Store(b.rev)
 	if b.setCI {
 		s.consistentIndex.Store(b.ci)
@@ -78,7 +127,7 @@ func (s *Store) Apply(fn func(b *Batch) error) error {
 	if len(b.compactions) > 0 {
 		s.compactor.enqueue(b.compactions)
 	}
-	return nil
+	return len(w.ents) >= s.batchLimit || w.bytes >= s.batchBytes, nil
 }
 
 // Rev returns the store revision including the write transactions already
@@ -88,18 +137,26 @@ func (b *Batch) Rev() int64 { return b.rev }
 // SetConsistentIndex records, in this batch, the raft index and term of the
 // last entry it applies.
 func (b *Batch) SetConsistentIndex(index, term uint64) {
-	b.put(backend.Meta, metaConsistentIndex, uint64Bytes(index))
-	b.put(backend.Meta, metaConsistentTerm, uint64Bytes(term))
+	b.putMeta(metaConsistentIndex, uint64Bytes(index))
+	b.putMeta(metaConsistentTerm, uint64Bytes(term))
 	b.ci, b.term, b.setCI = index, term, true
 }
 
-func (b *Batch) put(bucket backend.Bucket, key, value []byte) {
-	if b.err != nil {
-		return
-	}
-	if err := b.tx.Put(bucket, key, value); err != nil {
-		b.err = fmt.Errorf("put %s/%x: %w", bucket, key, err)
-	}
+func (b *Batch) putMeta(key, value []byte) {
+	b.meta = append(b.meta, metaWrite{key: string(key), value: value})
+}
+
+// putRev buffers the Key bucket write of rev; revisions arrive in order.
+func (b *Batch) putRev(rev index.Revision, tomb bool, value []byte) {
+	w := b.buf
+	w.ents = append(w.ents, bufEntry{rev: rev, tomb: tomb, value: value})
+	w.bytes += writeBytes(backend.Key, markedRevBytesLen, len(value))
+}
+
+// getRev implements revGetter over the batch's own writes, the published
+// buffers and the backend.
+func (b *Batch) getRev(rev index.Revision) ([]byte, bool, error) {
+	return getRev(b.buf.ents, b.frozen, b.s.be, &b.tx, &b.scratch, rev)
 }
 
 // Write opens a write transaction: one client request, one revision if it
@@ -136,7 +193,7 @@ func (t *TxnWrite) Rev() int64 {
 // Range implements Reader.
 func (t *TxnWrite) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) {
 	t.check()
-	return rangeKeys(t.b.s.idx, t.b.tx, key, end, t.Rev(), t.b.compactRev, ro)
+	return rangeKeys(t.b.s.idx, t.b, key, end, t.Rev(), t.b.compactRev, ro)
 }
 
 // Put writes key = value, attached to lease (0: none), at the transaction's
@@ -160,7 +217,7 @@ func (t *TxnWrite) Put(key, value []byte, lease int64) int64 {
 		Version:        ver + 1,
 		Lease:          lease,
 	}
-	t.b.put(backend.Key, revToBytes(idxRev, false), marshalKV(kv))
+	t.b.putRev(idxRev, false, marshalKV(kv))
 	t.b.s.idx.Put(key, idxRev)
 	t.events = append(t.events, &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: kv})
 	return rev
@@ -181,7 +238,7 @@ func (t *TxnWrite) DeleteRange(key, end []byte) (n, rev int64) {
 func (t *TxnWrite) delete(key []byte) {
 	rev := t.beginRev + 1
 	idxRev := index.Revision{Main: rev, Sub: int64(len(t.events))}
-	t.b.put(backend.Key, revToBytes(idxRev, true), marshalKV(&mvccpb.KeyValue{Key: key}))
+	t.b.putRev(idxRev, true, marshalKV(&mvccpb.KeyValue{Key: key}))
 	if err := t.b.s.idx.Tombstone(key, idxRev); err != nil && t.b.err == nil {
 		t.b.err = fmt.Errorf("tombstone %q at %v: %w", key, idxRev, err)
 	}
@@ -212,7 +269,7 @@ func (t *TxnWrite) check() {
 	if t.ended {
 		panic("mvcc: use of an ended write txn")
 	}
-	if t.b.tx == nil {
+	if !t.b.applying {
 		panic("mvcc: use of a write txn outside its Apply")
 	}
 }

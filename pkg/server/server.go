@@ -187,7 +187,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			Registry:      reg,
 			Applied:       ap,
 			Snapshots:     l,
-			SyncBackend:   be.Sync,
+			SyncBackend:   func() error { return flushAndSync(st, be) },
 			SnapshotCount: c.SnapshotCount,
 			SnapshotIndex: snap.GetMetadata().GetIndex(),
 			ConfState:     snap.GetMetadata().GetConfState(),
@@ -197,6 +197,19 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 	}
 	g.Hook(lc)
 	return a, nil
+}
+
+// flushAndSync commits the store's buffered writes and makes the backend
+// durable: the applier calls it before the WAL is truncated behind a raft
+// snapshot.
+func flushAndSync(st *mvcc.Store, be backend.Backend) error {
+	if err := st.Flush(); err != nil {
+		return err
+	}
+	if err := be.Sync(); err != nil {
+		return fmt.Errorf("sync backend: %w", err)
+	}
+	return nil
 }
 
 func startActors(lc fx.Lifecycle, a *Actors) {
