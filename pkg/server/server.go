@@ -98,8 +98,13 @@ func newBackend(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (backend.Back
 	return be, nil
 }
 
-func newStore(lc fx.Lifecycle, be backend.Backend, lg *zap.Logger) (*mvcc.Store, error) {
-	s, err := mvcc.Open(be, lg.Named("mvcc"))
+func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Logger) (*mvcc.Store, error) {
+	s, err := mvcc.OpenWithOptions(be, mvcc.Options{
+		Logger:            lg.Named("mvcc"),
+		BatchInterval:     c.BackendBatchInterval.Std(),
+		BatchLimit:        c.BackendBatchLimit,
+		CompactBatchLimit: c.CompactionBatchLimit,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}
