@@ -73,6 +73,13 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 	counts := map[string]int{}
 	mismatches := 0
 	for i := range nops {
+		if i == nops/2 {
+			// Halfway, both members restart: what follows also checks
+			// that the store, its revision and its compaction point
+			// survived.
+			ref.Restart()
+			sut.Restart()
+		}
 		op := g.next()
 		counts[op.kind()]++
 		type result struct {
@@ -113,6 +120,16 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 			counts["error "+msg]++
 		}
 		g.observe(op, refResp, refErr)
+	}
+	// The whole store at the end, and at the oldest revision still kept.
+	for _, rev := range []int64{0, g.compacted} {
+		final := &kvOp{rng: &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev}}
+		refResp, refErr := final.do(testCtx(t), refKV)
+		sutResp, sutErr := final.do(testCtx(t), sutKV)
+		if why := diffResults(refResp, refErr, sutResp, sutErr); why != "" {
+			t.Errorf("seed %d: final state at revision %d differs (%s)\netcd: %s\n%s: %s",
+				seed, rev, why, fmtResult(refResp, refErr), sut.Label(), fmtResult(sutResp, sutErr))
+		}
 	}
 	t.Logf("seed %d: %d ops %v, final revision %d, compacted at %d", seed, nops, counts, g.rev, g.compacted)
 }
