@@ -867,16 +867,31 @@ func TestRangeStream(t *testing.T) {
 				t.Errorf("%s: merged stream differs from Range:\nstream %v\nrange  %v", c.name, merged, want)
 			}
 		}
-		// etcd's chunking: the first chunk holds 10 kvs.
-		ch, err := m.cli.GetStream(ctx, "st/", clientv3.WithPrefix())
-		mustOK(t, "stream", err)
-		var sizes []int
-		for r := range ch {
-			mustOK(t, "stream recv", r.Err())
-			sizes = append(sizes, len(r.Kvs))
+		chunkSizes := func(prefix string, opts ...clientv3.OpOption) []int {
+			ch, err := m.cli.GetStream(ctx, prefix, append(opts, clientv3.WithPrefix())...)
+			mustOK(t, "stream "+prefix, err)
+			var sizes []int
+			for r := range ch {
+				mustOK(t, "stream recv", r.Err())
+				sizes = append(sizes, len(r.Kvs))
+			}
+			return sizes
 		}
-		if !slices.Equal(sizes, []int{10, 20, 40, 5}) {
+		// etcd's chunking: the first chunk holds 10 kvs, and each next
+		// limit doubles while a chunk is under half of max-request-bytes
+		// (1.5 MiB) and halves while it is over twice that.
+		if sizes := chunkSizes("st/"); !slices.Equal(sizes, []int{10, 20, 40, 5}) {
 			t.Errorf("chunk sizes %v, want etcd's [10 20 40 5]", sizes)
+		}
+		if sizes := chunkSizes("st/", clientv3.WithLimit(35)); !slices.Equal(sizes, []int{10, 20, 5}) {
+			t.Errorf("chunk sizes with limit 35: %v, want etcd's [10 20 5]", sizes)
+		}
+		big := strings.Repeat("b", 400*1024)
+		for i := range 30 {
+			m.put(t, fmt.Sprintf("big/%02d", i), big)
+		}
+		if sizes := chunkSizes("big/"); !slices.Equal(sizes, []int{10, 5, 5, 5, 5}) {
+			t.Errorf("chunk sizes of 400 KiB values %v, want etcd's [10 5 5 5 5]", sizes)
 		}
 		for _, c := range []struct {
 			name string
@@ -897,7 +912,7 @@ func TestRangeStream(t *testing.T) {
 				t.Errorf("%s stream: got %v, want code Unimplemented", c.name, err)
 			}
 		}
-		ch, err = m.cli.GetStream(ctx, "")
+		ch, err := m.cli.GetStream(ctx, "")
 		if err == nil {
 			for r := range ch {
 				if err = r.Err(); err != nil {
