@@ -404,3 +404,67 @@ func TestFlushFailureIsFatal(t *testing.T) {
 		}
 	})
 }
+
+// blockingBackend holds every Update at its start while hold is set,
+// signalling entered, until release is closed.
+type blockingBackend struct {
+	backend.Backend
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingBackend) Update(fn func(backend.WriteTx) error) error {
+	if b.hold.Load() {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	return b.Backend.Update(fn)
+}
+
+// Apply does not wait for a backend commit in progress, until the buffered
+// writes pass the batch limit; then it waits for that commit to finish.
+func TestApplyDoesNotWaitForCommit(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engine) {
+		bb := &blockingBackend{entered: make(chan struct{}, 1), release: make(chan struct{})}
+		blocking := engine{name: e.name, open: func(dir string) (backend.Backend, error) {
+			be, err := e.open(dir)
+			bb.Backend = be
+			return bb, err
+		}}
+		ts := newTestStoreConfig(t, blocking, config{batchInterval: time.Hour, batchLimit: 10})
+		bb.hold.Store(true)
+		flushed := make(chan error, 1)
+		ts.put("a", "0")
+		go func() { flushed <- ts.Flush() }()
+		waitClosed(t, bb.entered, "the flush's backend update")
+		bb.hold.Store(false)
+		for i := range 9 {
+			ts.put("a", fmt.Sprint(i+1))
+		}
+		if got := ts.mustRange([]byte("a"), nil, RangeOptions{}); len(got) != 1 || got[0].Value != "9" || got[0].Version != 10 {
+			t.Fatalf("during a commit readers see %v, want a=9 at version 10", got)
+		}
+		// The 10th buffered write fills the buffer: this Apply waits for
+		// the commit in progress.
+		var released atomic.Bool
+		applied := make(chan struct{})
+		go func() {
+			defer close(applied)
+			ts.put("a", "10")
+			if !released.Load() {
+				t.Error("an Apply that filled the buffer returned while the previous commit was still running")
+			}
+		}()
+		released.Store(true)
+		close(bb.release)
+		waitClosed(t, applied, "the Apply that filled the buffer")
+		if err := <-flushed; err != nil {
+			t.Fatal(err)
+		}
+		ts.flush()
+		if got := ts.countKeyBucket(ts.Rev()); got != 11 {
+			t.Fatalf("backend holds %d revisions after the flushes, want 11", got)
+		}
+	})
+}
