@@ -15,7 +15,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // bucket's keys and values for the revisions in (compactRev, rev], plus the
 // revisions <= compactRev that compaction keeps and that are still live at
 // rev. It also returns the store's current and compaction revisions, for the
-// response header and compact_revision.
+// response header and compact_revision. Applied writes count whether or not
+// they are committed to the backend yet.
 //
 // Members that applied the same operations get the same hash whether or not
 // their physical compaction has finished. etcd skips the keep filter when

@@ -307,7 +307,8 @@ func (s *Store) CompactRev() int64 {
 }
 
 // ConsistentIndex returns the raft index of the last entry applied (0 on a
-// fresh store).
+// fresh store). The backend holds it, with the data, only after the next
+// commit of buffered writes (see Flush).
 func (s *Store) ConsistentIndex() uint64 { return s.consistentIndex.Load() }
 
 // ConsistentTerm returns the raft term stored with ConsistentIndex.
