@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -885,6 +886,34 @@ func TestRangeStream(t *testing.T) {
 		}
 		if sizes := chunkSizes("st/", clientv3.WithLimit(35)); !slices.Equal(sizes, []int{10, 20, 5}) {
 			t.Errorf("chunk sizes with limit 35: %v, want etcd's [10 20 5]", sizes)
+		}
+		// A sort target with order NONE passes etcd's stream check, and
+		// etcd then sorts ascending by that target (chunk by chunk).
+		m.put(t, "ss/c", "1")
+		m.put(t, "ss/a", "3")
+		m.put(t, "ss/b", "2")
+		for target, want := range map[pb.RangeRequest_SortTarget][]string{
+			pb.RangeRequest_MOD:    {"ss/c", "ss/a", "ss/b"},
+			pb.RangeRequest_CREATE: {"ss/c", "ss/a", "ss/b"},
+			pb.RangeRequest_VALUE:  {"ss/c", "ss/b", "ss/a"},
+			pb.RangeRequest_KEY:    {"ss/a", "ss/b", "ss/c"},
+		} {
+			st, err := m.kv.RangeStream(ctx, &pb.RangeRequest{Key: []byte("ss/"), RangeEnd: []byte("ss0"), SortTarget: target})
+			mustOK(t, "stream sorted by "+target.String(), err)
+			var got []string
+			for {
+				r, err := st.Recv()
+				if err != nil {
+					if err != io.EOF {
+						t.Errorf("stream sort target %v order NONE: %v", target, err)
+					}
+					break
+				}
+				got = append(got, kvKeys(r.RangeResponse.Kvs)...)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("stream sort target %v order NONE: got %q, want etcd's %q", target, got, want)
+			}
 		}
 		big := strings.Repeat("b", 400*1024)
 		for i := range 30 {
