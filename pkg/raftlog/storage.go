@@ -151,9 +151,16 @@ func (s *Storage) applySave(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raf
 	}
 	if len(ents) > 0 {
 		at := ents[0].GetIndex() - s.ents[0].GetIndex()
-		// The full slice expression keeps entries already handed out from
-		// being overwritten by the replacing suffix.
-		s.ents = append(s.ents[:at:at], ents...)
+		if at == uint64(len(s.ents)) {
+			// A plain append: handed-out slices are capped (see Entries), so
+			// they cannot see or clobber the new tail. Amortised O(1), where
+			// copying the whole log per Save was O(log length).
+			s.ents = append(s.ents, ents...)
+		} else {
+			// Replacing a suffix: copy, so that entries already handed out
+			// are not overwritten.
+			s.ents = append(s.ents[:at:at], ents...)
+		}
 	}
 	if hs != nil {
 		s.hs = hs
