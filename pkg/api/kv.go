@@ -24,7 +24,7 @@ type kvServer struct {
 
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	s := k.s
-	ctx, span := s.Tracer.Start(ctx, "kv.Range")
+	ctx, span := s.span(ctx, "kv.Range")
 	defer span.End()
 	if err := checkRange(r); err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	s := k.s
-	ctx, span := s.Tracer.Start(ctx, "kv.Put")
+	ctx, span := s.span(ctx, "kv.Put")
 	defer span.End()
 	if err := checkPut(r); err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 
 func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	s := k.s
-	ctx, span := s.Tracer.Start(ctx, "kv.DeleteRange")
+	ctx, span := s.span(ctx, "kv.DeleteRange")
 	defer span.End()
 	if err := checkDelete(r); err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 
 func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	s := k.s
-	ctx, span := s.Tracer.Start(ctx, "kv.Txn")
+	ctx, span := s.span(ctx, "kv.Txn")
 	defer span.End()
 	if err := checkTxnTop(r, s.cfg.MaxTxnOps); err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	s := k.s
-	ctx, span := s.Tracer.Start(ctx, "kv.Compact")
+	ctx, span := s.span(ctx, "kv.Compact")
 	defer span.End()
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Compaction: r})
 	if err != nil {

@@ -61,6 +61,11 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 // Snapshot streams a consistent copy of the backend in chunks.
 func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	s := m.s
+	// The backend lags the store by the write-back buffer: commit it first
+	// so the snapshot holds every acknowledged write.
+	if err := s.Store.Flush(); err != nil {
+		return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
+	}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := s.Backend.Snapshot(pw)

@@ -76,17 +76,31 @@ type Server struct {
 	cfg Config
 	Deps
 	ids idGen
+	// tracing is false when no tracer is configured: then spans are not
+	// even started (a noop span still costs a context per call).
+	tracing bool
+}
+
+var noSpan = trace.SpanFromContext(context.Background())
+
+// span starts a span when tracing is on.
+func (s *Server) span(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !s.tracing {
+		return ctx, noSpan
+	}
+	return s.Tracer.Start(ctx, name)
 }
 
 // New returns the API server.
 func New(cfg Config, d Deps) *Server {
-	if d.Tracer == nil {
+	tracing := d.Tracer != nil
+	if !tracing {
 		d.Tracer = noop.NewTracerProvider().Tracer("kvd")
 	}
 	if d.Logger == nil {
 		d.Logger = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, Deps: d}
+	s := &Server{cfg: cfg, Deps: d, tracing: tracing}
 	s.ids.init(d.Raft.ID(), time.Now())
 	return s
 }
@@ -127,9 +141,9 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 
-	cctx, commit := s.Tracer.Start(ctx, "raft.commit")
+	cctx, commit := s.span(ctx, "raft.commit")
 	ch := s.Registry.Register(cctx, id)
-	pctx, pspan := s.Tracer.Start(ctx, "raft.propose")
+	pctx, pspan := s.span(ctx, "raft.propose")
 	err = s.Raft.Propose(pctx, data)
 	pspan.End()
 	if err != nil {
@@ -152,7 +166,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 func (s *Server) linearize(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	ctx, span := s.Tracer.Start(ctx, "raft.readindex")
+	ctx, span := s.span(ctx, "raft.readindex")
 	defer span.End()
 	idx, err := s.Raft.ReadIndex(ctx)
 	if err != nil {

@@ -285,7 +285,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 func (n *Node) propose(p proposal) {
 	err := n.rn.Propose(p.data)
-	if err == nil && n.lead.Load() == n.cfg.ID {
+	if err == nil && n.cfg.Tracer != nil && n.lead.Load() == n.cfg.ID {
 		n.pendingTraces = append(n.pendingTraces, p.ctx)
 	}
 	p.errc <- err
