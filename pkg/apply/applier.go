@@ -53,7 +53,8 @@ type Config struct {
 }
 
 // Applier is the actor that applies committed entries to the MVCC store, one
-// backend transaction per batch, and hands each result to its waiting caller.
+// mvcc.Apply per batch (the store commits its backend behind, in bigger
+// batches), and hands each result to its waiting caller.
 type Applier struct {
 	cfg       Config
 	lg        *zap.Logger
