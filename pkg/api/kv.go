@@ -3,11 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
-	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -229,12 +227,5 @@ func nextChunk(last int64, size, target int) int64 {
 	return max(last, 1)
 }
 
-func mvccErr(err error) error {
-	switch {
-	case errors.Is(err, mvcc.ErrCompacted):
-		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, mvcc.ErrFutureRev):
-		return rpctypes.ErrGRPCFutureRev
-	}
-	return err
-}
+// mvccErr maps mvcc's errors to etcd's wire errors.
+func mvccErr(err error) error { return apply.ToGRPC(err) }

@@ -248,7 +248,7 @@ func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Resul
 	case req.Compaction != nil:
 		done, err := b.Compact(req.Compaction.Revision)
 		if err != nil {
-			return Result{Err: toGRPC(err)}
+			return Result{Err: ToGRPC(err)}
 		}
 		return Result{Resp: &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: b.Rev()}}, Compacted: done}
 	}
@@ -287,7 +287,8 @@ func (a *Applier) startSpan(req *pb.InternalRaftRequest) trace.Span {
 	return span
 }
 
-func toGRPC(err error) error {
+// ToGRPC maps mvcc's errors to the ones etcd sends on the wire.
+func ToGRPC(err error) error {
 	switch {
 	case errors.Is(err, mvcc.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted

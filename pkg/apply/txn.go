@@ -187,7 +187,7 @@ func (p *precheck) exists(key []byte) (bool, error) {
 	}
 	rr, err := p.r.Range(key, nil, mvcc.RangeOptions{})
 	if err != nil {
-		return false, toGRPC(err)
+		return false, ToGRPC(err)
 	}
 	return len(rr.KVs) > 0, nil
 }
@@ -268,7 +268,7 @@ func execTxn(t txnWriter, rt *pb.TxnRequest, path []bool, st *txnState) (*pb.Txn
 		case op.GetRequestRange() != nil:
 			rr, err := Range(t, op.GetRequestRange())
 			if err != nil {
-				return nil, nil, toGRPC(err)
+				return nil, nil, ToGRPC(err)
 			}
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case op.GetRequestPut() != nil:
@@ -311,7 +311,7 @@ func put(t txnWriter, p *pb.PutRequest, st *txnState) (*pb.PutResponse, error) {
 	if p.IgnoreValue || p.IgnoreLease || p.PrevKv {
 		rr, err := t.Range(p.Key, nil, mvcc.RangeOptions{})
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, ToGRPC(err)
 		}
 		var prev *mvccpb.KeyValue
 		if len(rr.KVs) == 1 {
@@ -341,7 +341,7 @@ func deleteRange(t txnWriter, d *pb.DeleteRangeRequest, st *txnState) (*pb.Delet
 	if d.PrevKv {
 		rr, err := t.Range(d.Key, end, mvcc.RangeOptions{})
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, ToGRPC(err)
 		}
 		resp.PrevKvs = kvPointers(rr)
 	}
