@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.opentelemetry.io/otel/trace"
@@ -48,8 +49,12 @@ type Config struct {
 	ConfState     *raftpb.ConfState
 	// LeaseExists reports whether a lease is granted; nil: no leases exist.
 	LeaseExists func(int64) bool
-	Tracer      trace.Tracer
-	Logger      *zap.Logger
+	// Events, if set, receives every event of a batch, in revision order,
+	// once the batch is visible to readers (the watch hub's feed). The slice
+	// is the callee's.
+	Events func([]*mvccpb.Event)
+	Tracer trace.Tracer
+	Logger *zap.Logger
 }
 
 // Applier is the actor that applies committed entries to the MVCC store, one
@@ -61,6 +66,7 @@ type Applier struct {
 	lastSnap  uint64
 	confState *raftpb.ConfState
 	results   []pending
+	events    []*mvccpb.Event
 	// fatal is set when a request failed after it had written: the batch
 	// cannot be committed.
 	fatal error
@@ -128,6 +134,7 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 	ci := a.cfg.Store.ConsistentIndex()
 	last := ents[len(ents)-1]
 	a.results = a.results[:0]
+	a.events = nil
 	err := a.cfg.Store.Apply(func(b *mvcc.Batch) error {
 		for _, e := range ents {
 			switch e.GetType() {
@@ -167,6 +174,9 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 	}
 	if last.GetIndex() > a.cfg.Applied.Index() {
 		a.cfg.Applied.publish(last.GetIndex())
+	}
+	if a.cfg.Events != nil && len(a.events) > 0 {
+		a.cfg.Events(a.events)
 	}
 	for _, p := range a.results {
 		a.cfg.Registry.Trigger(p.id, p.res)
@@ -268,6 +278,9 @@ func (a *Applier) applyTxnLike(b *mvcc.Batch, fn func(*mvcc.TxnWrite, *precheck)
 			a.fatal = fmt.Errorf("request failed after writing, batch not committed: %w", err)
 		}
 		return Result{Err: err}
+	}
+	if a.cfg.Events != nil {
+		a.events = append(a.events, t.Events()...)
 	}
 	return Result{Resp: resp}
 }

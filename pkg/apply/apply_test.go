@@ -6,8 +6,11 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
@@ -207,6 +210,40 @@ func TestRangeSortLimitMore(t *testing.T) {
 		}
 		if resp.Count != 4 || len(resp.Kvs) != 0 {
 			t.Fatalf("count only from key: count=%d kvs=%d", resp.Count, len(resp.Kvs))
+		}
+	})
+}
+
+func TestEventsFollowTheBatchInRevisionOrder(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		var got []*mvccpb.Event
+		a.cfg.Events = func(evs []*mvccpb.Event) { got = append(got, evs...) }
+		reqs := []*pb.InternalRaftRequest{
+			{Put: &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}},
+			{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{putReq("b", "2"), putReq("c", "3")}}},
+			{DeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}},
+			{Put: &pb.PutRequest{Key: []byte("x"), Lease: 9}}, // refused: no event
+		}
+		ents := make([]*raftpb.Entry, len(reqs))
+		for i, r := range reqs {
+			data, err := proto.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx, term := uint64(i+1), uint64(1)
+			ents[i] = &raftpb.Entry{Index: &idx, Term: &term, Data: data}
+		}
+		if err := a.applyEntries(ents); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"PUT a 2", "PUT b 3", "PUT c 3", "DELETE a 4"}
+		if len(got) != len(want) {
+			t.Fatalf("got %d events, want %d", len(got), len(want))
+		}
+		for i, ev := range got {
+			if s := fmt.Sprintf("%s %s %d", ev.Type, ev.Kv.Key, ev.Kv.ModRevision); s != want[i] {
+				t.Errorf("event %d = %s, want %s", i, s, want[i])
+			}
 		}
 	})
 }
