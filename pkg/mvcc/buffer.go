@@ -15,8 +15,8 @@ import (
 // Write-back buffering, etcd's batched backend commits.
 //
 // Apply does not commit the backend. It appends the batch's Key bucket
-// writes to the active buffer and its Meta writes to the active buffer's
-// meta map, then publishes them to readers. The flusher goroutine commits
+// writes to the active buffer and its Meta and Lease writes to the active
+// buffer's meta and aux maps, then publishes them to readers. The flusher goroutine commits
 // buffers: it freezes the active buffer (a new one takes its place), writes
 // the frozen one in one backend.Update together with the latest consistent
 // index, and only then drops it. So the backend always holds a prefix of the
@@ -48,6 +48,8 @@ type wbuf struct {
 	ents []bufEntry
 	// meta holds Meta bucket writes, the last one per key.
 	meta map[string][]byte
+	// aux holds the writes to other buckets (Lease), the last one per key.
+	aux map[auxKey]auxWrite
 	// bytes estimates the backend update the buffer makes, as Badger counts
 	// it (key + value + bucket + 14 per write).
 	bytes int
@@ -56,10 +58,10 @@ type wbuf struct {
 const initialBufEntries = 256
 
 func newWbuf() *wbuf {
-	return &wbuf{ents: make([]bufEntry, 0, initialBufEntries), meta: map[string][]byte{}}
+	return &wbuf{ents: make([]bufEntry, 0, initialBufEntries), meta: map[string][]byte{}, aux: map[auxKey]auxWrite{}}
 }
 
-func (w *wbuf) empty() bool { return len(w.ents) == 0 && len(w.meta) == 0 }
+func (w *wbuf) empty() bool { return len(w.ents) == 0 && len(w.meta) == 0 && len(w.aux) == 0 }
 
 func writeBytes(bucket backend.Bucket, key, value int) int {
 	return key + value + len(bucket) + 14
@@ -276,10 +278,21 @@ func (s *Store) commit(w *wbuf) error {
 				return fmt.Errorf("put meta %s: %w", key, err)
 			}
 		}
+		for k, a := range w.aux {
+			var err error
+			if a.del {
+				err = tx.Delete(k.bucket, []byte(k.key))
+			} else {
+				err = tx.Put(k.bucket, []byte(k.key), a.value)
+			}
+			if err != nil {
+				return fmt.Errorf("write %s key %x: %w", k.bucket, k.key, err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("commit %d buffered writes (%d bytes) to the backend: %w", len(w.ents)+len(w.meta), w.bytes, err)
+		return fmt.Errorf("commit %d buffered writes (%d bytes) to the backend: %w", len(w.ents)+len(w.meta)+len(w.aux), w.bytes, err)
 	}
 	return nil
 }

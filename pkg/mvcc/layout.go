@@ -19,6 +19,9 @@ import (
 //     term of the last entry applied, committed with the data it produced;
 //   - scheduledCompactRev, finishedCompactRev: a revision key (main, sub 0) as
 //     above. scheduled > finished means a physical compaction is unfinished.
+//
+// Bucket backend.Lease maps a lease ID (8-byte big-endian) to the lease
+// manager's record of it (see lease.go).
 const (
 	revBytesLen       = 8 + 1 + 8
 	markedRevBytesLen = revBytesLen + 1

@@ -20,6 +20,7 @@ type Batch struct {
 	n0     int
 	bytes0 int
 	meta   []metaWrite
+	aux    []auxPending
 	// frozen is the frozen buffer when the batch began; tx is the backend
 	// view opened on the first read that misses the buffers. Together they
 	// hold every revision up to the store revision (see buffer.go).
@@ -110,6 +111,12 @@ func (s *Store) apply(fn func(b *Batch) error) (full bool, err error) {
 			w.bytes += writeBytes(backend.Meta, len(m.key), len(m.value))
 		}
 		w.meta[m.key] = m.value
+	}
+	for _, a := range b.aux {
+		if _, ok := w.aux[a.k]; !ok {
+			w.bytes += writeBytes(a.k.bucket, len(a.k.key), len(a.w.value))
+		}
+		w.aux[a.k] = a.w
 	}
 	s.publishActive()
 	s.rev.Store(b.rev)
