@@ -89,9 +89,16 @@ func newBackend(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (backend.Back
 		})
 	case "badger":
 		be, err = badger.Open(opts, badger.Options{
-			Logger:         lg.Named("badger"),
-			ValueThreshold: c.Backend.Badger.ValueThreshold,
-			BlockCacheSize: c.Backend.Badger.BlockCacheSize,
+			Logger: lg.Named("badger"),
+			// The store's flushes stay under ~16 MiB (its 8 MiB buffer plus
+			// one applied batch); Badger's default memtable for 64 MiB
+			// updates is ~430 MiB, zeroed at open and heavy on the heap.
+			MaxUpdateBytes:   24 << 20,
+			MemTableSize:     c.Backend.Badger.MemTableSize,
+			ValueLogFileSize: c.Backend.Badger.ValueLogFileSize,
+			NumCompactors:    c.Backend.Badger.NumCompactors,
+			ValueThreshold:   c.Backend.Badger.ValueThreshold,
+			BlockCacheSize:   c.Backend.Badger.BlockCacheSize,
 		})
 	default:
 		return nil, fmt.Errorf("backend.engine: unknown engine %q (want bolt or badger)", c.Backend.Engine)
