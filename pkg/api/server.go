@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -69,6 +70,8 @@ type Deps struct {
 	Cluster  Cluster
 	Tracer   trace.Tracer
 	Logger   *zap.Logger
+	// Leases, if set, serves the Lease service.
+	Leases *leasemgr.Manager
 }
 
 // Server implements the services.
@@ -110,6 +113,9 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterKVServer(g, &kvServer{s: s})
 	pb.RegisterMaintenanceServer(g, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(g, &clusterServer{s: s})
+	if s.Leases != nil {
+		pb.RegisterLeaseServer(g, &leaseServer{s: s})
+	}
 }
 
 func (s *Server) header(rev int64) *pb.ResponseHeader {

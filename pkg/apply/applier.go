@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -47,8 +48,9 @@ type Config struct {
 	// SnapshotIndex and ConfState describe the latest raft snapshot at start.
 	SnapshotIndex uint64
 	ConfState     *raftpb.ConfState
-	// LeaseExists reports whether a lease is granted; nil: no leases exist.
-	LeaseExists func(int64) bool
+	// Leases, if set, is changed by LeaseGrant and LeaseRevoke and follows
+	// which keys each lease holds; nil: no leases exist.
+	Leases *leasemgr.Manager
 	// Events, if set, receives every event of a batch, in revision order,
 	// once the batch is visible to readers (the watch hub's feed). The slice
 	// is the callee's.
@@ -255,6 +257,10 @@ func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Resul
 			resp.Header.Revision = t.Rev()
 			return resp, nil
 		})
+	case req.LeaseGrant != nil && a.cfg.Leases != nil:
+		return a.applyLeaseGrant(b, req.LeaseGrant)
+	case req.LeaseRevoke != nil && a.cfg.Leases != nil:
+		return a.applyLeaseRevoke(b, req.LeaseRevoke)
 	case req.Compaction != nil:
 		done, err := b.Compact(req.Compaction.Revision)
 		if err != nil {
@@ -271,13 +277,19 @@ func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Resul
 func (a *Applier) applyTxnLike(b *mvcc.Batch, fn func(*mvcc.TxnWrite, *precheck) (proto.Message, error)) Result {
 	t := b.Write()
 	defer t.End()
-	p := &precheck{r: t, compactRev: a.cfg.Store.CompactRev(), leaseExists: a.cfg.LeaseExists}
+	p := &precheck{r: t, compactRev: a.cfg.Store.CompactRev()}
+	if a.cfg.Leases != nil {
+		p.leaseExists = a.cfg.Leases.Exists
+	}
 	resp, err := fn(t, p)
 	if err != nil {
 		if len(t.Events()) > 0 {
 			a.fatal = fmt.Errorf("request failed after writing, batch not committed: %w", err)
 		}
 		return Result{Err: err}
+	}
+	if a.cfg.Leases != nil {
+		a.cfg.Leases.Attach(t.Events())
 	}
 	if a.cfg.Events != nil {
 		a.events = append(a.events, t.Events()...)
@@ -300,13 +312,20 @@ func (a *Applier) startSpan(req *pb.InternalRaftRequest) trace.Span {
 	return span
 }
 
-// ToGRPC maps mvcc's errors to the ones etcd sends on the wire.
+// ToGRPC maps mvcc's and leasemgr's errors to the ones etcd sends on the
+// wire.
 func ToGRPC(err error) error {
 	switch {
 	case errors.Is(err, mvcc.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, mvcc.ErrFutureRev):
 		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, leasemgr.ErrNotFound):
+		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, leasemgr.ErrExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, leasemgr.ErrTTLTooLarge):
+		return rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
 	return err
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
@@ -53,6 +54,7 @@ func Module() fx.Option {
 			newRaftNode,
 			apply.NewRegistry,
 			newApplied,
+			newLeases,
 			newAPI,
 			newActors,
 		),
@@ -165,14 +167,14 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, m *Membership
 
 func newApplied(st *mvcc.Store) *apply.Applied { return apply.NewApplied(st.ConsistentIndex()) }
 
-func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, tr trace.Tracer, lg *zap.Logger) *api.Server {
+func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, lm *leasemgr.Manager, tr trace.Tracer, lg *zap.Logger) *api.Server {
 	return api.New(api.Config{
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
 		RequestTimeout:  5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond,
 		QuotaBytes:      c.QuotaBytes(),
 		Version:         Version,
-	}, api.Deps{Raft: n, Store: st, Backend: be, Registry: reg, Applied: ap, Cluster: m, Tracer: tr, Logger: lg})
+	}, api.Deps{Raft: n, Store: st, Backend: be, Registry: reg, Applied: ap, Cluster: m, Tracer: tr, Logger: lg, Leases: lm})
 }
 
 // Actors are the member's running actors.
@@ -181,10 +183,11 @@ type Actors struct {
 	Node    *raftnode.Node
 	WAL     *raftnode.WALWriter
 	Applier *apply.Applier
+	Expirer *leasemgr.Expirer
 }
 
 func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, be backend.Backend,
-	reg *apply.Registry, ap *apply.Applied, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
+	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
@@ -208,10 +211,12 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			SnapshotCount: c.SnapshotCount,
 			SnapshotIndex: snap.GetMetadata().GetIndex(),
 			ConfState:     snap.GetMetadata().GetConfState(),
+			Leases:        lm,
 			Tracer:        tr,
 			Logger:        lg.Named("apply"),
 		}),
 	}
+	a.Expirer = newExpirer(c, n, lm, s, lg)
 	g.Hook(lc)
 	return a, nil
 }
@@ -234,6 +239,7 @@ func startActors(lc fx.Lifecycle, a *Actors) {
 		a.Group.Go("raft", a.Node)
 		a.Group.Go("wal", a.WAL)
 		a.Group.Go("applier", a.Applier)
+		a.Group.Go("lease-expirer", a.Expirer)
 		return nil
 	}})
 }

@@ -1,0 +1,178 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/leasemgr"
+)
+
+// leaseServer is the Lease service. Grant and Revoke go through raft;
+// keep-alives, time-to-live and the list are served from the lease manager
+// of this member, which must be the primary (the leader) for the first two.
+// Forwarding to the leader from a follower is not done yet: a follower waits
+// for its own promotion until the request times out.
+type leaseServer struct {
+	pb.UnimplementedLeaseServer
+	s *Server
+}
+
+func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	s := l.s
+	ctx, span := s.span(ctx, "lease.Grant")
+	defer span.End()
+	// A server-chosen ID is positive, as etcd's.
+	for r.ID == 0 {
+		r.ID = int64(s.ids.next() & (1<<63 - 1))
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseGrant: r})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := res.Resp.(*pb.LeaseGrantResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	s := l.s
+	ctx, span := s.span(ctx, "lease.Revoke")
+	defer span.End()
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: r})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := res.Resp.(*pb.LeaseRevokeResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+// LeaseTimeToLive answers TTL -1 for a lease that does not exist, as etcd.
+func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	s := l.s
+	ctx, span := s.span(ctx, "lease.TimeToLive")
+	defer span.End()
+	if err := s.leasePrimary(ctx); err != nil {
+		return nil, err
+	}
+	// Everything committed is applied first, so a lease granted or revoked
+	// before the call is seen.
+	if err := s.linearize(ctx); err != nil {
+		return nil, err
+	}
+	st, err := s.Leases.TimeToLive(r.ID, r.Keys)
+	if errors.Is(err, leasemgr.ErrNotFound) {
+		return &pb.LeaseTimeToLiveResponse{Header: s.header(s.Store.Rev()), ID: r.ID, TTL: -1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(s.Store.Rev()), ID: st.ID, TTL: st.TTL, GrantedTTL: st.GrantedTTL}
+	if r.Keys {
+		resp.Keys = make([][]byte, len(st.Keys))
+		for i, k := range st.Keys {
+			resp.Keys[i] = []byte(k)
+		}
+	}
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	s := l.s
+	ids := s.Leases.Leases()
+	resp := &pb.LeaseLeasesResponse{Header: s.header(s.Store.Rev()), Leases: make([]*pb.LeaseStatus, len(ids))}
+	for i, id := range ids {
+		resp.Leases[i] = &pb.LeaseStatus{ID: id}
+	}
+	return resp, nil
+}
+
+// LeaseKeepAlive renews each lease asked for and answers its TTL, 0 for a
+// lease that does not exist (or expired before the renewal), as etcd.
+func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	s := l.s
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ttl, err := s.renew(ctx, req.ID)
+		if err != nil {
+			return err
+		}
+		resp := &pb.LeaseKeepAliveResponse{Header: s.header(s.Store.Rev()), ID: req.ID, TTL: ttl}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
+	if err := s.leasePrimary(ctx); err != nil {
+		return 0, err
+	}
+	ttl, err := s.Leases.Renew(ctx, id)
+	if errors.Is(err, leasemgr.ErrNotFound) {
+		// The grant may be committed but not applied here yet.
+		if err := s.linearize(ctx); err != nil {
+			return 0, err
+		}
+		ttl, err = s.Leases.Renew(ctx, id)
+	}
+	switch {
+	case errors.Is(err, leasemgr.ErrNotFound):
+		return 0, nil
+	case errors.Is(err, leasemgr.ErrNotPrimary):
+		return 0, rpctypes.ErrGRPCNotLeader
+	case err != nil:
+		return 0, s.raftErr(ctx, err)
+	}
+	return ttl, nil
+}
+
+// leasePrimary waits, up to the request timeout, until this member's lease
+// manager is primary (it is promoted shortly after the member leads).
+func (s *Server) leasePrimary(ctx context.Context) error {
+	if s.Leases.Primary() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	select {
+	case <-s.Leases.Promoted():
+		return nil
+	case <-ctx.Done():
+		return s.raftErr(ctx, ctx.Err())
+	}
+}
+
+// ProposeLeaseRevoke proposes the revocation of an expired lease through
+// raft without waiting for it to apply (the lease-expirer actor's call).
+func (s *Server) ProposeLeaseRevoke(ctx context.Context, id int64) error {
+	req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: s.ids.next()}, LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.Raft.Propose(ctx, data); err != nil {
+		return s.raftErr(ctx, err)
+	}
+	return nil
+}
