@@ -3,9 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
+	"math"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -161,48 +161,56 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 			return err
 		}
 	}
-	// Pin the revision and the total count with the first view.
-	rv := s.Store.Read()
-	rev := r.Revision
-	if rev == 0 {
-		rev = rv.Rev()
-	}
-	end := apply.RangeEnd(r.RangeEnd)
-	total, err := rv.Range(r.Key, end, mvcc.RangeOptions{Rev: rev, Count: true})
-	header := s.header(rv.Rev())
-	rv.End()
-	if err != nil {
-		return mvccErr(err)
-	}
-	count := int64(total.Count)
+	// Each chunk is a Range of its own (same sort and limit rules, so a
+	// non-key sort target orders keys within a chunk, as etcd does), read at
+	// the revision the first chunk saw.
+	req := proto.Clone(r).(*pb.RangeRequest)
 	if r.CountOnly {
-		return stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Header: header, Count: count}})
-	}
-	key, chunk, sent := r.Key, int64(initialStreamChunk), int64(0)
-	for {
-		n := chunk
-		if r.Limit > 0 {
-			n = min(n, r.Limit-sent)
-		}
 		rv := s.Store.Read()
-		rr, err := rv.Range(key, end, mvcc.RangeOptions{Rev: rev, Limit: n})
+		resp, err := apply.Range(rv, req)
 		rv.End()
 		if err != nil {
 			return mvccErr(err)
 		}
-		kvs := make([]*mvccpb.KeyValue, len(rr.KVs))
-		for i := range rr.KVs {
-			kvs[i] = &rr.KVs[i]
-			if r.KeysOnly {
-				kvs[i].Value = nil
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Header: s.header(resp.Header.Revision), Count: resp.Count}})
+	}
+	total := r.Limit
+	if total == 0 {
+		total = math.MaxInt64
+	}
+	req.Limit = min(initialStreamChunk, total)
+	var headerRev, count int64
+	for {
+		rv := s.Store.Read()
+		resp, err := apply.Range(rv, req)
+		rv.End()
+		if err != nil {
+			return mvccErr(err)
+		}
+		if headerRev == 0 {
+			headerRev = resp.Header.Revision
+			if req.Revision == 0 {
+				req.Revision = headerRev
 			}
 		}
-		sent += int64(len(kvs))
-		more := sent < count
-		out := &pb.RangeResponse{Kvs: kvs}
-		done := !more || len(kvs) == 0 || (r.Limit > 0 && sent >= r.Limit)
+		count += int64(len(resp.Kvs))
+		out := &pb.RangeResponse{Kvs: resp.Kvs}
+		done := !resp.More || count == total
+		var next []byte
+		if resp.More {
+			next = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+		}
 		if done {
-			out.Header, out.More, out.Count = header, more, count
+			out.Header, out.More, out.Count = s.header(headerRev), resp.More, count
+			if resp.More {
+				rv := s.Store.Read()
+				rest, err := rv.Range(next, apply.RangeEnd(req.RangeEnd), mvcc.RangeOptions{Rev: req.Revision, Count: true})
+				rv.End()
+				if err != nil {
+					return mvccErr(err)
+				}
+				out.Count += int64(rest.Count)
+			}
 		}
 		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: out}); err != nil {
 			return err
@@ -210,8 +218,8 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 		if done {
 			return nil
 		}
-		key = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
-		chunk = nextChunk(chunk, proto.Size(out), s.cfg.MaxRequestBytes)
+		req.Key = next
+		req.Limit = min(nextChunk(req.Limit, proto.Size(resp), s.cfg.MaxRequestBytes), total-count)
 	}
 }
 
