@@ -22,6 +22,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
 
 // Raft is what the API needs from the raft driver.
@@ -72,6 +73,8 @@ type Deps struct {
 	Logger   *zap.Logger
 	// Leases, if set, serves the Lease service.
 	Leases *leasemgr.Manager
+	// WatchHub, if set, serves the Watch service.
+	WatchHub *watchhub.Hub
 }
 
 // Server implements the services.
@@ -115,6 +118,9 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterClusterServer(g, &clusterServer{s: s})
 	if s.Leases != nil {
 		pb.RegisterLeaseServer(g, &leaseServer{s: s})
+	}
+	if s.WatchHub != nil {
+		pb.RegisterWatchServer(g, &watchServer{s: s})
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/tracing"
+	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
 
 // Version is the etcd API version kvd speaks; Status reports it so clients
@@ -55,6 +56,8 @@ func Module() fx.Option {
 			apply.NewRegistry,
 			newApplied,
 			newLeases,
+			newWatchConfig,
+			watchhub.New,
 			newAPI,
 			newActors,
 		),
@@ -167,14 +170,19 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, m *Membership
 
 func newApplied(st *mvcc.Store) *apply.Applied { return apply.NewApplied(st.ConsistentIndex()) }
 
-func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, lm *leasemgr.Manager, tr trace.Tracer, lg *zap.Logger) *api.Server {
+// newWatchConfig is the watch hub's configuration; tests decorate it.
+func newWatchConfig(st *mvcc.Store, lg *zap.Logger) watchhub.Config {
+	return watchhub.Config{Store: st, Logger: lg.Named("watch")}
+}
+
+func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, lm *leasemgr.Manager, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) *api.Server {
 	return api.New(api.Config{
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
 		RequestTimeout:  5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond,
 		QuotaBytes:      c.QuotaBytes(),
 		Version:         Version,
-	}, api.Deps{Raft: n, Store: st, Backend: be, Registry: reg, Applied: ap, Cluster: m, Tracer: tr, Logger: lg, Leases: lm})
+	}, api.Deps{Raft: n, Store: st, Backend: be, Registry: reg, Applied: ap, Cluster: m, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub})
 }
 
 // Actors are the member's running actors.
@@ -184,10 +192,11 @@ type Actors struct {
 	WAL     *raftnode.WALWriter
 	Applier *apply.Applier
 	Expirer *leasemgr.Expirer
+	Hub     *watchhub.Hub
 }
 
 func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, be backend.Backend,
-	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
+	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
@@ -199,6 +208,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 	a := &Actors{
 		Group: g,
 		Node:  n,
+		Hub:   hub,
 		WAL:   raftnode.NewWALWriter(l, n, tr),
 		Applier: apply.New(apply.Config{
 			Store:         st,
@@ -212,6 +222,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			SnapshotIndex: snap.GetMetadata().GetIndex(),
 			ConfState:     snap.GetMetadata().GetConfState(),
 			Leases:        lm,
+			Events:        hub.Notify,
 			Tracer:        tr,
 			Logger:        lg.Named("apply"),
 		}),
@@ -238,6 +249,7 @@ func startActors(lc fx.Lifecycle, a *Actors) {
 	lc.Append(fx.Hook{OnStart: func(context.Context) error {
 		a.Group.Go("raft", a.Node)
 		a.Group.Go("wal", a.WAL)
+		a.Group.Go("watch-hub", a.Hub)
 		a.Group.Go("applier", a.Applier)
 		a.Group.Go("lease-expirer", a.Expirer)
 		return nil

@@ -48,6 +48,8 @@ const (
 	DefaultStreamBuffer  = 128
 	DefaultSyncBatch     = 1000
 	DefaultRetryInterval = 10 * time.Millisecond
+	// DefaultProgressInterval is etcd's watch-progress-notify-interval.
+	DefaultProgressInterval = 10 * time.Minute
 )
 
 // Config configures a Hub.
@@ -64,6 +66,10 @@ type Config struct {
 	// RetryInterval is how often victims and blocked control responses are
 	// retried.
 	RetryInterval time.Duration
+	// ProgressInterval is how often a watcher that asked for progress
+	// notifications and got no events gets an empty response; the API
+	// drives it (ProgressInterval, Stream.Progress).
+	ProgressInterval time.Duration
 	// Metrics, if set, is told about watchers and events.
 	Metrics Metrics
 }
@@ -184,6 +190,9 @@ func New(cfg Config) *Hub {
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = DefaultRetryInterval
 	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
+	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = zap.NewNop()
@@ -199,6 +208,9 @@ func New(cfg Config) *Hub {
 		streams:  map[*Stream]struct{}{},
 	}
 }
+
+// ProgressInterval is the period of progress notifications.
+func (h *Hub) ProgressInterval() time.Duration { return h.cfg.ProgressInterval }
 
 // Notify hands the hub the events of one applied batch, in revision order,
 // once they are visible to readers (apply.Config.Events). It never blocks;
