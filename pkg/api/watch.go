@@ -27,6 +27,10 @@ type watchServer struct {
 	s *Server
 }
 
+// maxPendingCreates bounds the create requests of one stream waiting for
+// the hub's answer (etcd's control channel holds 16).
+const maxPendingCreates = 64
+
 // watchOpts are what the sending side must know of a created watcher.
 type watchOpts struct {
 	progress, fragment bool
@@ -44,6 +48,9 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		mu      sync.Mutex
 		creates []watchOpts
 	)
+	// slots bounds the create requests the hub has not answered, and so
+	// what a client that sends creates but reads nothing makes the hub hold.
+	slots := make(chan struct{}, maxPendingCreates)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -61,6 +68,12 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 					continue
 				}
 				r := watchRequest(u.CreateRequest)
+				select {
+				case slots <- struct{}{}:
+				case <-stream.Context().Done():
+					recvErr <- stream.Context().Err()
+					return
+				}
 				mu.Lock()
 				creates = append(creates, watchOpts{progress: u.CreateRequest.ProgressNotify, fragment: u.CreateRequest.Fragment})
 				mu.Unlock()
@@ -106,6 +119,7 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 				o := creates[0]
 				creates = creates[1:]
 				mu.Unlock()
+				<-slots
 				if !r.Canceled {
 					if o.progress {
 						progress[r.WatchID] = true

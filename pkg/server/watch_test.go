@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -243,6 +244,65 @@ func TestWatch(t *testing.T) {
 				for range wch {
 				}
 			})
+		})
+	}
+}
+
+// TestWatchSlowReader: a stream whose client reads nothing while writers
+// go on does not hold the writers up, and later gets every event in order.
+func TestWatchSlowReader(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine, func(t *testing.T) {
+			m, cli := watchMember(t, engine)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cur, err := cli.Get(ctx, "init")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws, err := pb.NewWatchClient(m.conn).Watch(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+				Key: []byte("s/"), RangeEnd: []byte("s0"), StartRevision: cur.Header.Revision + 1}}}); err != nil {
+				t.Fatal(err)
+			}
+			// Nobody reads ws while 1.6 MB of events are written.
+			const writers, puts = 4, 100
+			val := strings.Repeat("v", 4<<10)
+			var wg sync.WaitGroup
+			for g := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range puts {
+						if _, err := cli.Put(ctx, fmt.Sprintf("s/%d/%d", g, i), val); err != nil {
+							t.Errorf("put: %v", err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			var last int64
+			n := 0
+			for n < writers*puts {
+				r, err := ws.Recv()
+				if err != nil {
+					t.Fatalf("recv after %d events: %v", n, err)
+				}
+				if r.Canceled {
+					t.Fatalf("canceled after %d events: %+v", n, r)
+				}
+				for _, e := range r.Events {
+					if e.Kv.ModRevision <= last {
+						t.Fatalf("event at %d after %d", e.Kv.ModRevision, last)
+					}
+					last = e.Kv.ModRevision
+					n++
+				}
+			}
 		})
 	}
 }

@@ -232,6 +232,8 @@ type Stream struct {
 	// ctrl are responses that found out full; while any wait, nothing
 	// else is sent to out, so order is kept.
 	ctrl []Response
+	// closed is set by Close: later requests of the stream are ignored.
+	closed bool
 }
 
 // NewStream returns a stream with no watchers.
@@ -308,6 +310,9 @@ func (h *Hub) Run(ctx context.Context) error {
 }
 
 func (h *Hub) handle(m msg) {
+	if m.s != nil && m.s.closed {
+		return
+	}
 	switch m.kind {
 	case msgEvents:
 		h.notify(m.events)
@@ -331,6 +336,7 @@ func (h *Hub) handle(m msg) {
 			h.drop(w)
 		}
 		m.s.ctrl = nil
+		m.s.closed = true
 		delete(h.blocked, m.s)
 		delete(h.progress, m.s)
 		if _, ok := h.streams[m.s]; ok {

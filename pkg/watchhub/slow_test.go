@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 )
 
@@ -207,4 +208,41 @@ func TestGroupMatchesBruteForce(t *testing.T) {
 			t.Fatalf("step %d: match %q: %d watchers, want %d", step, k, len(got), len(want))
 		}
 	}
+}
+
+type countMetrics struct {
+	watchers, streams, events atomic.Int64
+}
+
+func (m *countMetrics) Watchers(d int)   { m.watchers.Add(int64(d)) }
+func (m *countMetrics) Streams(d int)    { m.streams.Add(int64(d)) }
+func (m *countMetrics) EventsSent(n int) { m.events.Add(int64(n)) }
+func (m *countMetrics) Slow(int, int)    {}
+
+// TestCloseFreesWatchers: a closed stream's watchers are gone, and requests
+// that race with the close are ignored.
+func TestCloseFreesWatchers(t *testing.T) {
+	m := &countMetrics{}
+	eachEngine(t, Config{Metrics: m, StreamBuffer: 1}, func(t *testing.T, e *env) {
+		baseW, baseS := m.watchers.Load(), m.streams.Load()
+		s := e.h.NewStream()
+		for range 3 {
+			s.Watch(WatchRequest{Key: []byte("k"), End: []byte{}})
+		}
+		e.put("k", "x") // the stream is full: watchers turn victims
+		s.Close()
+		s.Watch(WatchRequest{Key: []byte("k")})
+		// The hub handles messages in order: once another stream's create
+		// is answered, the close was handled.
+		other := e.h.NewStream()
+		other.Watch(WatchRequest{Key: []byte("z")})
+		created(t, other)
+		if n := m.watchers.Load() - baseW; n != 1 {
+			t.Fatalf("%d watchers after the close, want 1 (the other stream's)", n)
+		}
+		if n := m.streams.Load() - baseS; n != 1 {
+			t.Fatalf("%d streams after the close, want 1", n)
+		}
+		other.Close()
+	})
 }
