@@ -251,3 +251,59 @@ func TestElectionHandsOver(t *testing.T) {
 	}
 	waitLeader(second)
 }
+
+// STM transactions that move units between accounts from concurrent
+// goroutines conserve the total (each retries on conflict).
+func TestSTMTransfers(t *testing.T) {
+	c := testConfig(t, "bolt", t.TempDir())
+	startMember(t, c)
+	cli := newClient(t, c)
+	ctx := context.Background()
+	const accounts, workers, transfers = 5, 8, 10
+	for i := range accounts {
+		if _, err := cli.Put(ctx, fmt.Sprintf("acct/%d", i), "100"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range transfers {
+				from, to := fmt.Sprintf("acct/%d", (w+n)%accounts), fmt.Sprintf("acct/%d", (w+n+1)%accounts)
+				_, err := concurrency.NewSTM(cli, func(s concurrency.STM) error {
+					var a, b int
+					fmt.Sscan(s.Get(from), &a)
+					fmt.Sscan(s.Get(to), &b)
+					s.Put(from, fmt.Sprint(a-1))
+					s.Put(to, fmt.Sprint(b+1))
+					return nil
+				})
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, "acct/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, kv := range resp.Kvs {
+		var v int
+		fmt.Sscan(string(kv.Value), &v)
+		total += v
+	}
+	if total != 100*accounts {
+		t.Fatalf("total after STM transfers %d, want %d", total, 100*accounts)
+	}
+}
