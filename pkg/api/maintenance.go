@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -16,8 +17,9 @@ type maintenanceServer struct {
 	s *Server
 }
 
-// storageVersion is the storage schema version etcd v3.7 reports.
-const storageVersion = "3.6.0"
+// storageVersion is the storage schema version etcd v3.7 reports once its
+// schema migration ran.
+const storageVersion = "3.7.0"
 
 func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
@@ -58,7 +60,8 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	return &pb.HashKVResponse{Header: s.header(rev), Hash: h, CompactRevision: compactRev, HashRevision: rev}, nil
 }
 
-// Snapshot streams a consistent copy of the backend in chunks.
+// Snapshot streams a consistent copy of the backend in chunks, then its
+// sha256 as a last blob, as etcd does (etcdctl checks the checksum is there).
 func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	s := m.s
 	// The backend lags the store by the write-back buffer: commit it first
@@ -72,18 +75,28 @@ func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerSt
 		pw.CloseWithError(err)
 	}()
 	defer pr.Close()
+	// The size is an estimate (the engine's size before the copy started);
+	// clients only use remaining_bytes for progress.
+	total := uint64(max(s.Backend.Size(), 0))
+	var sent uint64
+	h := sha256.New()
 	buf := make([]byte, 32*1024)
-	header := s.header(s.Store.Rev())
 	for {
 		n, err := io.ReadFull(pr, buf)
 		if n > 0 {
-			resp := &pb.SnapshotResponse{Header: header, Blob: append([]byte(nil), buf[:n]...), RemainingBytes: 1}
+			h.Write(buf[:n])
+			sent += uint64(n)
+			resp := &pb.SnapshotResponse{
+				RemainingBytes: total - min(sent, total),
+				Blob:           append([]byte(nil), buf[:n]...),
+				Version:        storageVersion,
+			}
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return stream.Send(&pb.SnapshotResponse{Header: header, RemainingBytes: 0})
+			return stream.Send(&pb.SnapshotResponse{RemainingBytes: 0, Blob: h.Sum(nil), Version: storageVersion})
 		}
 		if err != nil {
 			return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
