@@ -124,6 +124,9 @@ const (
 	stateSynced watchState = iota
 	stateUnsynced
 	stateVictim
+	// stateCompacted: canceled because its next revision was compacted.
+	// As in etcd it keeps its ID on the stream until the client cancels it.
+	stateCompacted
 )
 
 type watcher struct {
@@ -558,9 +561,9 @@ func (h *Hub) syncRound() error {
 	from := int64(-1)
 	for w := range h.unsynced {
 		if w.next < compactRev {
-			s, id := w.s, w.id
-			h.drop(w)
-			h.sendCtrl(s, Response{WatchID: id, Revision: rt.Rev(), Canceled: true, CompactRevision: compactRev})
+			delete(h.unsynced, w)
+			w.state = stateCompacted
+			h.sendCtrl(w.s, Response{WatchID: w.id, Revision: rt.Rev(), Canceled: true, CompactRevision: compactRev})
 			continue
 		}
 		if from < 0 || w.next < from {
@@ -627,6 +630,9 @@ func (h *Hub) answerProgress() {
 		}
 		ready := true
 		for _, w := range s.watchers {
+			if w.state == stateCompacted {
+				continue
+			}
 			if w.state != stateSynced || h.seen < w.startRev {
 				ready = false
 				break

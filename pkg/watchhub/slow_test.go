@@ -51,11 +51,20 @@ func TestCompaction(t *testing.T) {
 
 		// A start revision below the compaction: created, then canceled.
 		s := e.h.NewStream()
-		s.Watch(WatchRequest{Key: []byte("k"), StartRev: 5})
+		s.Watch(WatchRequest{ID: 7, Key: []byte("k"), StartRev: 5})
 		id := created(t, s)
 		r := recv(t, s)
 		if r.WatchID != id || !r.Canceled || r.CompactRevision != 6 {
 			t.Fatalf("watch below the compaction: %+v, want canceled with compact revision 6", r)
+		}
+		// As in etcd, its ID stays taken until the client cancels it.
+		s.Watch(WatchRequest{ID: id, Key: []byte("k")})
+		if r := recv(t, s); !r.Canceled || r.CancelReason != ErrDuplicateID.Error() {
+			t.Fatalf("reusing a compacted watcher's ID: %+v", r)
+		}
+		s.Cancel(id)
+		if r := recv(t, s); !r.Canceled || r.WatchID != id || r.CompactRevision != 0 {
+			t.Fatalf("cancel of a compacted watcher: %+v", r)
 		}
 		// At the compaction revision: replayed.
 		s.Watch(WatchRequest{Key: []byte("k"), StartRev: 6})
