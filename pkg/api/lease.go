@@ -126,6 +126,18 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 	if err := s.leasePrimary(ctx); err != nil {
 		return 0, err
 	}
+	if s.Leases.CheckpointedTTL(id) > 0 {
+		// The checkpointed remaining TTL is cleared through raft before the
+		// renewal, so a restarted member does not start the lease from it.
+		res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{
+			Checkpoints: []*pb.LeaseCheckpoint{{ID: id}}}})
+		if err != nil {
+			return 0, err
+		}
+		if res.Err != nil {
+			return 0, res.Err
+		}
+	}
 	ttl, err := s.Leases.Renew(ctx, id)
 	if errors.Is(err, leasemgr.ErrNotFound) {
 		// The grant may be committed but not applied here yet.
@@ -175,4 +187,19 @@ func (s *Server) ProposeLeaseRevoke(ctx context.Context, id int64) error {
 		return s.raftErr(ctx, err)
 	}
 	return nil
+}
+
+// ProposeLeaseCheckpoints proposes the remaining TTLs of leases through raft
+// and waits until they are applied (the lease-expirer actor's call when
+// checkpointing is on).
+func (s *Server) ProposeLeaseCheckpoints(ctx context.Context, cps []leasemgr.Checkpoint) error {
+	req := &pb.LeaseCheckpointRequest{Checkpoints: make([]*pb.LeaseCheckpoint, len(cps))}
+	for i, c := range cps {
+		req.Checkpoints[i] = &pb.LeaseCheckpoint{ID: c.ID, Remaining_TTL: c.RemainingTTL}
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseCheckpoint: req})
+	if err != nil {
+		return err
+	}
+	return res.Err
 }

@@ -261,6 +261,8 @@ func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Resul
 		return a.applyLeaseGrant(b, req.LeaseGrant)
 	case req.LeaseRevoke != nil && a.cfg.Leases != nil:
 		return a.applyLeaseRevoke(b, req.LeaseRevoke)
+	case req.LeaseCheckpoint != nil && a.cfg.Leases != nil:
+		return a.applyLeaseCheckpoint(b, req.LeaseCheckpoint)
 	case req.Compaction != nil:
 		done, err := b.Compact(req.Compaction.Revision)
 		if err != nil {

@@ -36,3 +36,14 @@ func (a *Applier) applyLeaseRevoke(b *mvcc.Batch, r *pb.LeaseRevokeRequest) Resu
 	b.DeleteLease(r.ID)
 	return Result{Resp: &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: b.Rev()}}}
 }
+
+// applyLeaseCheckpoint records the remaining TTLs of leases that exist, in
+// their backend records too (etcd persists checkpoints from v3.6 on).
+func (a *Applier) applyLeaseCheckpoint(b *mvcc.Batch, r *pb.LeaseCheckpointRequest) Result {
+	for _, c := range r.Checkpoints {
+		if rec, ok := a.cfg.Leases.Checkpoint(c.ID, c.Remaining_TTL); ok {
+			b.PutLease(rec.ID, rec.Marshal())
+		}
+	}
+	return Result{Resp: &pb.LeaseCheckpointResponse{Header: &pb.ResponseHeader{Revision: b.Rev()}}}
+}

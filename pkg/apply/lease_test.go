@@ -267,3 +267,30 @@ func TestLeasesSurviveRestart(t *testing.T) {
 		}
 	})
 }
+
+// A checkpointed remaining TTL is kept in the lease's record: after a
+// restart, promotion starts the lease from it.
+func TestLeaseCheckpointSurvivesRestart(t *testing.T) {
+	eachLeaseEnv(t, func(t *testing.T, e *leaseEnv) {
+		e.mustDo(grant(1, 600))
+		e.mustDo(grant(2, 600))
+		rev := e.st.Rev()
+		res := e.mustDo(&pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: []*pb.LeaseCheckpoint{
+			{ID: 1, Remaining_TTL: 120}, {ID: 9, Remaining_TTL: 5},
+		}}})
+		if h := res.Resp.(*pb.LeaseCheckpointResponse).Header; h.Revision != rev || e.st.Rev() != rev {
+			t.Fatalf("checkpoint moved the revision to %d", h.Revision)
+		}
+		e.close()
+		e.open()
+		e.lm.Promote(0)
+		for _, tc := range []struct{ id, ttl int64 }{{1, 120}, {2, 600}} {
+			if st, err := e.lm.TimeToLive(tc.id, false); err != nil || st.TTL < tc.ttl-1 || st.TTL > tc.ttl || st.GrantedTTL != 600 {
+				t.Fatalf("lease %d after restart: %+v, %v; want TTL %d of 600", tc.id, st, err, tc.ttl)
+			}
+		}
+		if e.lm.Exists(9) {
+			t.Fatal("checkpoint of a missing lease created it")
+		}
+	})
+}

@@ -23,6 +23,11 @@ type ExpirerConfig struct {
 	// wait for the result (the manager hands the lease out again after its
 	// retry interval if the revocation is not applied).
 	Revoke func(ctx context.Context, id int64) error
+	// CheckpointInterval, if positive, enables checkpointing: every
+	// interval, the remaining TTLs of long leases are proposed through
+	// Checkpoint, in batches of at most MaxCheckpointBatch.
+	CheckpointInterval time.Duration
+	Checkpoint         func(ctx context.Context, cps []Checkpoint) error
 	// Tick defaults to DefaultTick.
 	Tick   time.Duration
 	Logger *zap.Logger
@@ -36,7 +41,12 @@ type ExpirerConfig struct {
 type Expirer struct {
 	cfg ExpirerConfig
 	lg  *zap.Logger
+	// lastCheckpoint is when checkpoints were last proposed.
+	lastCheckpoint time.Time
 }
+
+// MaxCheckpointBatch bounds the checkpoints in one raft entry (etcd's).
+const MaxCheckpointBatch = 1000
 
 // NewExpirer returns the actor.
 func NewExpirer(cfg ExpirerConfig) *Expirer {
@@ -79,6 +89,24 @@ func (e *Expirer) step(ctx context.Context, limit int) {
 	}
 	if !leader {
 		return
+	}
+	if e.cfg.CheckpointInterval > 0 && e.cfg.Checkpoint != nil {
+		now := m.cfg.Now()
+		if e.lastCheckpoint.IsZero() {
+			e.lastCheckpoint = now
+		}
+		if now.Sub(e.lastCheckpoint) >= e.cfg.CheckpointInterval {
+			e.lastCheckpoint = now
+			cps := m.Checkpoints(e.cfg.CheckpointInterval)
+			for len(cps) > 0 {
+				n := min(len(cps), MaxCheckpointBatch)
+				if err := e.cfg.Checkpoint(ctx, cps[:n]); err != nil {
+					e.lg.Warn("propose lease checkpoints", zap.Int("leases", n), zap.Error(err))
+					break
+				}
+				cps = cps[n:]
+			}
+		}
 	}
 	for _, id := range m.Expired(limit) {
 		if err := e.cfg.Revoke(ctx, id); err != nil {

@@ -32,6 +32,9 @@ func newExpirer(c *config.Config, n *raftnode.Node, m *leasemgr.Manager, s *api.
 		IsLeader: func() bool { return n.Leader() == n.ID() },
 		Extend:   time.Duration(c.ElectionTimeout) * time.Millisecond,
 		Revoke:   s.ProposeLeaseRevoke,
-		Logger:   lg.Named("lease"),
+		// Checkpointing stays off (CheckpointInterval 0) until the config
+		// has etcd's LeaseCheckpoint switch; applying checkpoints works.
+		Checkpoint: s.ProposeLeaseCheckpoints,
+		Logger:     lg.Named("lease"),
 	})
 }

@@ -10,9 +10,12 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/kvd-dev/kvd/pkg/api"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/leasemgr"
 )
 
 // newClient returns a clientv3 client of c's member; the first call waits
@@ -244,3 +247,44 @@ func TestLeasesSurviveMemberRestart(t *testing.T) {
 }
 
 func grantReq(id, ttl int64) *pb.LeaseGrantRequest { return &pb.LeaseGrantRequest{ID: id, TTL: ttl} }
+
+// A keep-alive clears a lease's checkpoint through raft: after a restart
+// the lease starts from its full TTL, not from the old checkpoint.
+func TestKeepAliveClearsCheckpoint(t *testing.T) {
+	c := testConfig(t, "bolt", t.TempDir())
+	var s *api.Server
+	m := startMember(t, c, fx.Populate(&s))
+	cli := newClient(t, c)
+	ctx := context.Background()
+	long, err := cli.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := cli.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ProposeLeaseCheckpoints(ctx, []leasemgr.Checkpoint{{ID: int64(long.ID), RemainingTTL: 100}, {ID: int64(other.ID), RemainingTTL: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.KeepAliveOnce(ctx, long.ID); err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+	m.stop()
+
+	startMember(t, c)
+	cli = newClient(t, c)
+	for _, tc := range []struct {
+		id       clientv3.LeaseID
+		min, max int64
+	}{{long.ID, 590, 601}, {other.ID, 90, 101}} {
+		ttl, err := cli.TimeToLive(ctx, tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL < tc.min || ttl.TTL > tc.max {
+			t.Errorf("lease %x after restart: TTL %d, want %d..%d", tc.id, ttl.TTL, tc.min, tc.max)
+		}
+	}
+}
