@@ -13,7 +13,6 @@ package leasemgr
 import (
 	"container/heap"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // MaxTTL is the largest TTL a lease may be granted with (etcd's).
@@ -73,19 +73,58 @@ type Record struct {
 	RemainingTTL int64
 }
 
-// Marshal encodes r's TTLs (the ID is the backend key): TTL, then
-// RemainingTTL, 8 bytes big-endian each.
+// Marshal encodes r as etcd's leasepb.Lease (protobuf fields 1 ID, 2 TTL,
+// 3 RemainingTTL, varints, zeros omitted), so kvd's lease bucket reads the
+// same as etcd's.
 func (r Record) Marshal() []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(r.TTL))
-	return binary.BigEndian.AppendUint64(b, uint64(r.RemainingTTL))
+	b := make([]byte, 0, 32)
+	for _, f := range []struct {
+		num protowire.Number
+		v   int64
+	}{{1, r.ID}, {2, r.TTL}, {3, r.RemainingTTL}} {
+		if f.v != 0 {
+			b = protowire.AppendTag(b, f.num, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(f.v))
+		}
+	}
+	return b
 }
 
-// UnmarshalRecord decodes the record of lease id.
+// UnmarshalRecord decodes the record kept under lease id's key; unknown
+// fields are skipped, as protobuf does.
 func UnmarshalRecord(id int64, b []byte) (Record, error) {
-	if len(b) != 16 {
-		return Record{}, fmt.Errorf("decode lease %d record: %d bytes, want 16", id, len(b))
+	r := Record{ID: id}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return Record{}, fmt.Errorf("decode lease %d record: %w", id, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if typ != protowire.VarintType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return Record{}, fmt.Errorf("decode lease %d record: %w", id, protowire.ParseError(n))
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return Record{}, fmt.Errorf("decode lease %d record: %w", id, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch num {
+		case 1:
+			if int64(v) != id {
+				return Record{}, fmt.Errorf("decode lease %d record: it names lease %d", id, int64(v))
+			}
+		case 2:
+			r.TTL = int64(v)
+		case 3:
+			r.RemainingTTL = int64(v)
+		}
 	}
-	return Record{ID: id, TTL: int64(binary.BigEndian.Uint64(b)), RemainingTTL: int64(binary.BigEndian.Uint64(b[8:]))}, nil
+	return r, nil
 }
 
 type lease struct {

@@ -2,6 +2,7 @@ package leasemgr
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"sync"
@@ -72,14 +73,30 @@ func TestGrant(t *testing.T) {
 	}
 }
 
-func TestRecordRoundTrip(t *testing.T) {
-	r := Record{ID: -7, TTL: MaxTTL, RemainingTTL: 12}
-	got, err := UnmarshalRecord(-7, r.Marshal())
-	if err != nil || got != r {
-		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
+// Records are etcd's leasepb.Lease bytes (golden values from
+// proto.Marshal(&leasepb.Lease{...}) in etcd v3.7.3).
+func TestRecordEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		r      Record
+		golden string
+	}{
+		{Record{ID: 1, TTL: 600}, "080110d804"},
+		{Record{ID: -3, TTL: 9000000000, RemainingTTL: 120}, "08fdffffffffffffffff011080b4c4c3211878"},
+	} {
+		b := tc.r.Marshal()
+		if got := hex.EncodeToString(b); got != tc.golden {
+			t.Errorf("Marshal(%+v) = %s, want %s", tc.r, got, tc.golden)
+		}
+		got, err := UnmarshalRecord(tc.r.ID, b)
+		if err != nil || got != tc.r {
+			t.Errorf("round trip: %+v, %v; want %+v", got, err, tc.r)
+		}
 	}
-	if _, err := UnmarshalRecord(1, []byte{1, 2}); err == nil {
-		t.Fatal("short record decoded")
+	for _, bad := range []string{"08", "0802", "ff"} {
+		b, _ := hex.DecodeString(bad)
+		if r, err := UnmarshalRecord(1, b); err == nil {
+			t.Errorf("UnmarshalRecord(%s) = %+v, want an error", bad, r)
+		}
 	}
 }
 
