@@ -114,6 +114,7 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 				progress[id] = true
 			}
 		case r := <-ws.C():
+			ws.Ack()
 			if r.Created {
 				mu.Lock()
 				o := creates[0]

@@ -140,3 +140,20 @@ func BenchmarkIdleWatcherMemory(b *testing.B) {
 		runtime.KeepAlive(streams)
 	}
 }
+
+// BenchmarkFanoutOneStream: 1000 watchers of one prefix on one stream with
+// the default buffer, so most responses wait as victims for room; the
+// reader acknowledges what it takes, as the API does.
+func BenchmarkFanoutOneStream(b *testing.B) {
+	h, st := benchHub(b, Config{})
+	streams := watchersOn(b, h, 1000, func(int) WatchRequest { return WatchRequest{Key: []byte("p/"), End: []byte("p0")} })
+	s := streams[0]
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		benchPut(b, h, st, []byte("p/x"))
+		for range 1000 {
+			<-s.C()
+			s.Ack()
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -168,6 +169,8 @@ type Hub struct {
 	cfg   Config
 	lg    *zap.Logger
 	inbox *actors.Inbox[msg]
+	// wake asks for a retry of victims and held responses now.
+	wake chan struct{}
 
 	// Owned by the Run goroutine.
 	// seen is the newest revision whose events the hub has matched.
@@ -201,7 +204,7 @@ func New(cfg Config) *Hub {
 		lg = zap.NewNop()
 	}
 	return &Hub{
-		cfg: cfg, lg: lg, inbox: actors.NewInbox[msg](),
+		cfg: cfg, lg: lg, inbox: actors.NewInbox[msg](), wake: make(chan struct{}, 1),
 		seen:     cfg.Store.Rev(),
 		synced:   newGroup(),
 		unsynced: map[*watcher]struct{}{},
@@ -237,6 +240,9 @@ type Stream struct {
 	ctrl []Response
 	// closed is set by Close: later requests of the stream are ignored.
 	closed bool
+	// stalled is set by the hub when a response found no room, and
+	// cleared by the reader's Ack, which then wakes the hub to retry.
+	stalled atomic.Bool
 }
 
 // NewStream returns a stream with no watchers.
@@ -246,6 +252,18 @@ func (h *Hub) NewStream() *Stream {
 
 // C delivers the stream's responses in order.
 func (s *Stream) C() <-chan Response { return s.out }
+
+// Ack tells the hub the reader took responses from C. Calling it after
+// each receive lets a stream that filled up resume at once instead of at
+// the next retry tick.
+func (s *Stream) Ack() {
+	if s.stalled.Load() && s.stalled.CompareAndSwap(true, false) {
+		select {
+		case s.h.wake <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // Watch asks for a watcher; the answer is a Created response on C (with
 // Canceled and CancelReason set when refused), before any of its events.
@@ -283,6 +301,8 @@ func (h *Hub) Run(ctx context.Context) error {
 				return nil
 			case <-retry:
 				due = true
+			case <-h.wake:
+				due = true
 			default:
 			}
 		} else {
@@ -291,6 +311,8 @@ func (h *Hub) Run(ctx context.Context) error {
 				return nil
 			case <-h.inbox.Ready():
 			case <-retry:
+				due = true
+			case <-h.wake:
 				due = true
 			}
 		}
@@ -492,6 +514,7 @@ func withPrevKV(rt *mvcc.ReadTxn, ev *mvccpb.Event) *mvccpb.Event {
 
 func (h *Hub) trySend(s *Stream, r Response) bool {
 	if len(s.ctrl) > 0 {
+		s.stalled.Store(true)
 		return false
 	}
 	select {
@@ -501,6 +524,7 @@ func (h *Hub) trySend(s *Stream, r Response) bool {
 		}
 		return true
 	default:
+		s.stalled.Store(true)
 		return false
 	}
 }
@@ -526,6 +550,7 @@ func (h *Hub) retry() {
 			case s.out <- r:
 				n++
 			default:
+				s.stalled.Store(true)
 				break flush
 			}
 		}
