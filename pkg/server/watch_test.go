@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
@@ -88,7 +89,7 @@ func collect(t *testing.T, wch clientv3.WatchChan, n int, perRev int) []*clientv
 func TestWatch(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(engine, func(t *testing.T) {
-			_, cli := watchMember(t, engine)
+			m, cli := watchMember(t, engine)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 
@@ -221,6 +222,65 @@ func TestWatch(t *testing.T) {
 					if string(e.Kv.Key) != fmt.Sprintf("f/%02d", i) || len(e.Kv.Value) != len(big) {
 						t.Fatalf("event %d: %s (%d bytes)", i, e.Kv.Key, len(e.Kv.Value))
 					}
+				}
+				// On the wire: fragments under the request size limit.
+				ws, err := pb.NewWatchClient(m.conn).Watch(rctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+					Key: []byte("f/"), RangeEnd: []byte("f0"), StartRevision: first, Fragment: true}}}); err != nil {
+					t.Fatal(err)
+				}
+				frags, n := 0, 0
+				for n < 20 {
+					r, err := ws.Recv()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Fragment {
+						frags++
+					}
+					if proto.Size(r) > 3<<19 {
+						t.Fatalf("a response of %d bytes", proto.Size(r))
+					}
+					n += len(r.Events)
+				}
+				if frags == 0 {
+					t.Fatal("2 MB of events came unfragmented")
+				}
+			})
+
+			t.Run("lease-revoke", func(t *testing.T) {
+				rctx, rcancel := context.WithCancel(ctx)
+				defer rcancel()
+				l, err := cli.Grant(ctx, 60)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var first int64
+				for _, k := range []string{"l/a", "l/b"} {
+					r, err := cli.Put(ctx, k, "x", clientv3.WithLease(l.ID))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if first == 0 {
+						first = r.Header.Revision
+					}
+				}
+				rv, err := cli.Revoke(ctx, l.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs := collect(t, cli.Watch(rctx, "l/", clientv3.WithPrefix(), clientv3.WithRev(first)), 4, 0)
+				var got []string
+				for _, e := range evs {
+					got = append(got, fmt.Sprintf("%s %s@%d", e.Type, e.Kv.Key, e.Kv.ModRevision))
+				}
+				want := []string{fmt.Sprintf("PUT l/a@%d", first), fmt.Sprintf("PUT l/b@%d", first+1),
+					fmt.Sprintf("DELETE l/a@%d", rv.Header.Revision), fmt.Sprintf("DELETE l/b@%d", rv.Header.Revision)}
+				if !slices.Equal(got, want) {
+					t.Fatalf("lease revoke: %v, want %v", got, want)
 				}
 			})
 
