@@ -116,11 +116,18 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		case r := <-ws.C():
 			ws.Ack()
 			if r.Created {
+				// Invariant: one Created response per create request sent.
 				mu.Lock()
-				o := creates[0]
-				creates = creates[1:]
+				var o watchOpts
+				if len(creates) > 0 {
+					o = creates[0]
+					creates = creates[1:]
+				}
 				mu.Unlock()
-				<-slots
+				select {
+				case <-slots:
+				default:
+				}
 				if !r.Canceled {
 					if o.progress {
 						progress[r.WatchID] = true
