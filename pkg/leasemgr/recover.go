@@ -23,18 +23,29 @@ func (m *Manager) Recover(st *mvcc.Store) error {
 	if err != nil {
 		return fmt.Errorf("recover leases: %w", err)
 	}
+	// One read view for every page, so the pages are one consistent
+	// state; pages bound the memory the values take meanwhile.
 	rv := st.Read()
 	defer rv.End()
-	rr, err := rv.Range([]byte{0}, []byte{0}, mvcc.RangeOptions{})
-	if err != nil {
-		return fmt.Errorf("recover lease attachments: range keys at %d: %w", rv.Rev(), err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i := range rr.KVs {
-		if kv := &rr.KVs[i]; kv.Lease != 0 {
-			m.attachLocked(kv.Key, kv.Lease)
+	for key := []byte{0}; ; {
+		rr, err := rv.Range(key, []byte{0}, mvcc.RangeOptions{Limit: int64(recoverPage)})
+		if err != nil {
+			return fmt.Errorf("recover lease attachments: range keys at %d: %w", rv.Rev(), err)
 		}
+		m.mu.Lock()
+		for i := range rr.KVs {
+			if kv := &rr.KVs[i]; kv.Lease != 0 {
+				m.attachLocked(kv.Key, kv.Lease)
+			}
+		}
+		m.mu.Unlock()
+		if len(rr.KVs) < recoverPage {
+			return nil
+		}
+		key = append(rr.KVs[len(rr.KVs)-1].Key, 0)
 	}
-	return nil
 }
+
+// recoverPage is how many keys Recover reads at a time (a variable for
+// tests).
+var recoverPage = 10000
