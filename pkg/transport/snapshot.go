@@ -1,0 +1,144 @@
+package transport
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+// SendSnapshot streams the MsgSnap m and size bytes of data to m.To on a
+// goroutine of its own, and closes data when done, or at Stop to unblock a
+// Read in progress. The outcome goes to
+// Config.SnapshotStatus: ok once the receiver has synced the data and its
+// ReceiveSnapshot returned nil. It never blocks on the network.
+func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int64) {
+	to := m.GetTo()
+	t.mu.RLock()
+	p, ok := t.peers[to]
+	if t.stopped || !ok {
+		t.mu.RUnlock()
+		data.Close()
+		t.lg.Warn("drop snapshot to unknown peer", zap.String("to", fmt.Sprintf("%x", to)))
+		t.cfg.SnapshotStatus(to, false)
+		return
+	}
+	p.mu.Lock()
+	targets := append([]string(nil), p.targets...)
+	p.mu.Unlock()
+	t.wg.Add(1)
+	t.mu.RUnlock()
+	// Stop closes data, which must unblock a Read in progress.
+	var closeOnce sync.Once
+	closeData := func() { closeOnce.Do(func() { data.Close() }) }
+	stopClose := context.AfterFunc(t.ctx, closeData)
+	go func() {
+		defer t.wg.Done()
+		defer closeData()
+		defer stopClose()
+		var err error
+		for _, target := range targets {
+			if err = t.sendSnapshot(target, m, data, size); err == nil || !errors.Is(err, errNotConnected) {
+				break
+			}
+		}
+		if err != nil {
+			t.lg.Warn("send snapshot", zap.String("to", fmt.Sprintf("%x", to)), zap.Error(err))
+			t.cfg.SnapshotStatus(to, false)
+			return
+		}
+		t.lg.Info("sent snapshot", zap.String("to", fmt.Sprintf("%x", to)),
+			zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()), zap.Int64("bytes", size))
+		t.cfg.SnapshotStatus(to, true)
+	}()
+}
+
+// errNotConnected marks failures before any data was read, when another URL
+// of the peer may be tried.
+var errNotConnected = errors.New("not connected")
+
+func (t *Transport) sendSnapshot(target string, m *raftpb.Message, data io.Reader, size int64) error {
+	to := m.GetTo()
+	hdr, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode snapshot message to %x: %w", to, err)
+	}
+	cc, err := grpc.NewClient(target, t.dialOptions()...)
+	if err != nil {
+		return fmt.Errorf("dial peer %x at %s: %w: %w", to, target, errNotConnected, err)
+	}
+	defer cc.Close()
+	// Ending ctx on every return tells the receiver to drop its partial file.
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	md := t.streamMD(to)
+	md.Set(mdSnapSize, strconv.FormatUint(uint64(size), 16))
+	ctx = metadata.NewOutgoingContext(ctx, md)
+	stream, err := cc.NewStream(ctx, &snapStreamDesc, snapMethod, grpc.CallContentSubtype(codecName))
+	if err != nil {
+		return fmt.Errorf("open snapshot stream to %x at %s: %w: %w", to, target, errNotConnected, err)
+	}
+	hdr = append([]byte{snapHeader}, hdr...)
+	if err := stream.SendMsg(&hdr); err != nil {
+		return fmt.Errorf("send snapshot header to %x: %w", to, sendErr(stream, err))
+	}
+	h := sha256.New()
+	var sent int64
+	for {
+		// A fresh buffer per chunk: grpc may still hold the last one.
+		chunk := make([]byte, 1+min(int64(t.cfg.ChunkSize), max(size-sent, 0)+1))
+		chunk[0] = snapData
+		n, rerr := io.ReadFull(data, chunk[1:])
+		if n > 0 {
+			if sent += int64(n); sent > size {
+				return fmt.Errorf("snapshot data to %x exceeds its size %d", to, size)
+			}
+			chunk = chunk[:1+n]
+			h.Write(chunk[1:])
+			if err := stream.SendMsg(&chunk); err != nil {
+				return fmt.Errorf("send snapshot data to %x after %d bytes: %w", to, sent, sendErr(stream, err))
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("read snapshot data for %x after %d bytes: %w", to, sent, rerr)
+		}
+	}
+	if sent != size {
+		return fmt.Errorf("snapshot data for %x has %d bytes, announced %d", to, sent, size)
+	}
+	trailer := append([]byte{snapTrailer}, h.Sum(nil)...)
+	if err := stream.SendMsg(&trailer); err != nil {
+		return fmt.Errorf("send snapshot trailer to %x: %w", to, sendErr(stream, err))
+	}
+	if err := stream.CloseSend(); err != nil {
+		return fmt.Errorf("close snapshot stream to %x: %w", to, err)
+	}
+	var resp []byte
+	if err := stream.RecvMsg(&resp); err != nil {
+		return fmt.Errorf("snapshot to %x: %w", to, err)
+	}
+	return nil
+}
+
+// sendErr turns the io.EOF of a stream that ended into the stream's status.
+func sendErr(stream grpc.ClientStream, err error) error {
+	if errors.Is(err, io.EOF) {
+		var b []byte
+		if rerr := stream.RecvMsg(&b); rerr != nil && !errors.Is(rerr, io.EOF) {
+			return rerr
+		}
+	}
+	return err
+}

@@ -1,0 +1,328 @@
+// Package transport carries raft messages and snapshots between kvd members
+// over gRPC.
+//
+// Each peer gets one long-lived client stream, written by one goroutine, so
+// messages to a peer arrive in the order Send was called for them. The writer
+// drains its bounded queue into one frame per write. When the queue is full,
+// or the stream breaks, messages are dropped and the peer is reported
+// unreachable: raft retransmits, and a send never blocks the raft loop.
+//
+// Snapshots go on a stream of their own (one connection per snapshot), in
+// chunks of at most ChunkSize bytes, into a file in SnapshotDir that is synced
+// before the receiver sees it.
+//
+// Every stream carries the cluster ID and the sender's and receiver's member
+// IDs; a stream from another cluster, to another member, or from a removed
+// member is refused.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultQueueSize       = 4096
+	DefaultMaxFrameBytes   = 1 << 20
+	DefaultChunkSize       = 1 << 20
+	DefaultMaxMessageBytes = 64 << 20
+	DefaultDialTimeout     = 5 * time.Second
+)
+
+// Backoff between attempts to open a peer's stream.
+const (
+	minBackoff = 20 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// Config configures a Transport. Callbacks may run on any goroutine,
+// including the one calling Send, and concurrently with each other; they must
+// not block for long and must not call Stop.
+type Config struct {
+	ID        uint64 // this member; required
+	ClusterID uint64 // required; streams from other clusters are refused
+	Logger    *zap.Logger
+
+	// Receive gets the messages of one frame from one peer, in the order they
+	// were sent. Required. The transport does not retain msgs.
+	Receive func(msgs []*raftpb.Message)
+	// ReceiveSnapshot gets a MsgSnap and the path of its synced data file in
+	// SnapshotDir. On nil the callee owns the file; on error the transport
+	// removes it and the sender is told the snapshot failed. It runs on the
+	// stream's goroutine and the sender waits for it. Required with SnapshotDir.
+	ReceiveSnapshot func(m *raftpb.Message, path string) error
+	// Unreachable is told of a peer to which messages were dropped; the raft
+	// driver forwards it to RawNode.ReportUnreachable. Optional.
+	Unreachable func(id uint64)
+	// SnapshotStatus reports the outcome of SendSnapshot: ok is true once the
+	// receiver accepted the snapshot (raft.SnapshotFinish), false otherwise
+	// (raft.SnapshotFailure). Optional.
+	SnapshotStatus func(id uint64, ok bool)
+	// SnapshotDir receives incoming snapshots. Empty refuses them.
+	SnapshotDir string
+
+	// QueueSize bounds the messages waiting for each peer.
+	QueueSize int
+	// MaxFrameBytes is where a writer stops draining its queue into a frame.
+	// One message larger than it still goes out, alone.
+	MaxFrameBytes int
+	// ChunkSize bounds the data bytes of one snapshot gRPC message.
+	ChunkSize int
+	// MaxMessageBytes is the largest gRPC message the server accepts; it must
+	// exceed the largest raft message.
+	MaxMessageBytes int
+	// DialTimeout bounds opening a stream to a peer.
+	DialTimeout time.Duration
+
+	// ServerOptions and DialOptions are appended to the transport's own; the
+	// seam for TLS (grpc.Creds, grpc.WithTransportCredentials).
+	ServerOptions []grpc.ServerOption
+	DialOptions   []grpc.DialOption
+}
+
+// PeerStatus is the health of the stream to one peer.
+type PeerStatus struct {
+	ID     uint64
+	URLs   []string
+	Active bool      // a stream is open
+	Since  time.Time // when the stream opened, or when it went down
+	// LastError is the last failure to open or write the stream, nil if none.
+	LastError   error
+	LastErrorAt time.Time
+	SentMsgs    uint64
+	SentBytes   uint64
+	Dropped     uint64 // messages dropped: queue full or stream broken
+}
+
+// Transport is the peer transport of one member. Its methods are safe for
+// concurrent use.
+type Transport struct {
+	cfg    Config
+	lg     *zap.Logger
+	server *grpc.Server
+
+	// ctx ends at Stop; every stream's context derives from it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the transport starts
+
+	mu      sync.RWMutex
+	stopped bool
+	peers   map[uint64]*peer
+	removed map[uint64]bool
+}
+
+// New returns a Transport that sends to no peer until AddPeer, and receives
+// once Start serves a listener.
+func New(cfg Config) (*Transport, error) {
+	switch {
+	case cfg.ID == 0:
+		return nil, errors.New("new transport: member ID is zero")
+	case cfg.ClusterID == 0:
+		return nil, errors.New("new transport: cluster ID is zero")
+	case cfg.Receive == nil:
+		return nil, errors.New("new transport: Receive is nil")
+	case cfg.SnapshotDir != "" && cfg.ReceiveSnapshot == nil:
+		return nil, errors.New("new transport: SnapshotDir without ReceiveSnapshot")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.Unreachable == nil {
+		cfg.Unreachable = func(uint64) {}
+	}
+	if cfg.SnapshotStatus == nil {
+		cfg.SnapshotStatus = func(uint64, bool) {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Transport{
+		ctx:     ctx,
+		cancel:  cancel,
+		cfg:     cfg,
+		lg:      cfg.Logger.With(zap.String("member", fmt.Sprintf("%x", cfg.ID))),
+		peers:   map[uint64]*peer{},
+		removed: map[uint64]bool{},
+	}
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.WaitForHandlers(true),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+	}, cfg.ServerOptions...)
+	t.server = grpc.NewServer(opts...)
+	t.server.RegisterService(&serviceDesc, t)
+	return t, nil
+}
+
+// Start serves the peer service on lis until Stop, on a goroutine of its own.
+func (t *Transport) Start(lis net.Listener) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		if err := t.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.lg.Error("serve peer listener", zap.Stringer("addr", lis.Addr()), zap.Error(err))
+		}
+	}()
+}
+
+// AddPeer starts a stream to member id at urls (http://host:port; the first
+// that works is used). Adding a known peer updates its URLs.
+func (t *Transport) AddPeer(id uint64, urls []string) error {
+	if id == t.cfg.ID {
+		return fmt.Errorf("add peer %x: it is this member", id)
+	}
+	targets, err := parseURLs(urls)
+	if err != nil {
+		return fmt.Errorf("add peer %x: %w", id, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return fmt.Errorf("add peer %x: transport stopped", id)
+	}
+	delete(t.removed, id)
+	if p, ok := t.peers[id]; ok {
+		p.setURLs(urls, targets)
+		return nil
+	}
+	p := newPeer(t, id, urls, targets)
+	t.peers[id] = p
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		p.run()
+	}()
+	return nil
+}
+
+// UpdatePeer changes the URLs of a known peer; its stream reopens on them.
+func (t *Transport) UpdatePeer(id uint64, urls []string) error {
+	targets, err := parseURLs(urls)
+	if err != nil {
+		return fmt.Errorf("update peer %x: %w", id, err)
+	}
+	t.mu.RLock()
+	p, ok := t.peers[id]
+	t.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("update peer %x: unknown peer", id)
+	}
+	p.setURLs(urls, targets)
+	return nil
+}
+
+// RemovePeer stops sending to member id, drops what is queued for it, and
+// refuses its streams from now on. It returns once the peer's writer ended.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	p, ok := t.peers[id]
+	delete(t.peers, id)
+	t.removed[id] = true
+	t.mu.Unlock()
+	if ok {
+		p.stop()
+	}
+}
+
+// Send queues msgs for their recipients (m.To) and never blocks. Messages to
+// unknown peers are dropped. When a peer's queue is full the rest of its
+// messages are dropped and Unreachable(id) is called once for this Send.
+// MsgSnap must go through SendSnapshot; here it is dropped and reported as a
+// failed snapshot.
+func (t *Transport) Send(msgs []*raftpb.Message) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.stopped {
+		return
+	}
+	var full map[uint64]bool
+	for _, m := range msgs {
+		to := m.GetTo()
+		if m.GetType() == raftpb.MsgSnap {
+			t.lg.Warn("MsgSnap passed to Send; use SendSnapshot", zap.String("to", fmt.Sprintf("%x", to)))
+			t.cfg.SnapshotStatus(to, false)
+			continue
+		}
+		p, ok := t.peers[to]
+		if !ok {
+			t.lg.Debug("drop message to unknown peer", zap.String("to", fmt.Sprintf("%x", to)), zap.Stringer("type", m.GetType()))
+			continue
+		}
+		if full[to] {
+			p.dropped.Add(1)
+			continue
+		}
+		select {
+		case p.queue <- m:
+		default:
+			p.dropped.Add(1)
+			if full == nil {
+				full = map[uint64]bool{}
+			}
+			full[to] = true
+		}
+	}
+	for id := range full {
+		t.cfg.Unreachable(id)
+	}
+}
+
+// PeerHealth returns the status of every peer, ordered by ID.
+func (t *Transport) PeerHealth() []PeerStatus {
+	t.mu.RLock()
+	out := make([]PeerStatus, 0, len(t.peers))
+	for _, p := range t.peers {
+		out = append(out, p.status())
+	}
+	t.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Stop closes the listener and every stream, and returns once every goroutine
+// of the transport has ended (including callbacks in progress). Sends after
+// Stop are dropped.
+func (t *Transport) Stop() {
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	t.stopped = true
+	t.cancel()
+	t.peers = map[uint64]*peer{}
+	t.mu.Unlock()
+	t.server.Stop()
+	t.wg.Wait()
+}
+
+func (t *Transport) knownRemoved(id uint64) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.removed[id]
+}
