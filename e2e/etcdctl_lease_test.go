@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,10 +44,17 @@ var (
 	leaseTTLJSON   = regexp.MustCompile(`"ttl":[1-9]\d*`)
 	leaseGranted   = regexp.MustCompile(`lease [0-9a-f]+ granted`)
 	leaseListed    = regexp.MustCompile(`(?m)^[0-9a-f]{16}$`)
+	leaseKeys      = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
 )
 
-// maskLeaseOutput hides what depends on time or on server-chosen IDs.
+// maskLeaseOutput hides what depends on time or on server-chosen IDs, and
+// sorts attached keys (etcd lists them in map order).
 func maskLeaseOutput(s string) string {
+	s = leaseKeys.ReplaceAllStringFunc(s, func(m string) string {
+		keys := strings.Fields(leaseKeys.FindStringSubmatch(m)[1])
+		slices.Sort(keys)
+		return "attached keys([" + strings.Join(keys, " ") + "])"
+	})
 	s = leaseRemaining.ReplaceAllString(s, "remaining(<ttl>)")
 	s = leaseTTLJSON.ReplaceAllString(s, `"ttl":<ttl>`)
 	s = leaseGranted.ReplaceAllString(s, "lease <id> granted")
