@@ -86,9 +86,20 @@ const (
 // A raft frame is a batch of messages, each a uvarint length then the
 // proto encoding of one raftpb.Message, in send order.
 
-// appendMessage appends m to a raft frame.
-func appendMessage(frame []byte, m *raftpb.Message) ([]byte, error) {
+// frameSize returns the proto size of m and the bytes m takes in a raft
+// frame. It caches the size in m for appendMessage.
+func frameSize(m *raftpb.Message) (msgSize, inFrame int) {
 	n := proto.Size(m)
+	k := 1
+	for x := uint64(n); x >= 0x80; x >>= 7 {
+		k++
+	}
+	return n, n + k
+}
+
+// appendMessage appends m, of proto size n as frameSize returned it, to a
+// raft frame.
+func appendMessage(frame []byte, m *raftpb.Message, n int) ([]byte, error) {
 	frame = binary.AppendUvarint(frame, uint64(n))
 	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(frame, m)
 }

@@ -211,6 +211,8 @@ func (p *peer) session(target string) (opened bool, err error) {
 // write sends the queue in frames until the stream fails.
 func (p *peer) write(ctx context.Context, stream grpc.ClientStream) error {
 	limit := p.t.cfg.MaxFrameBytes
+	var batch []*raftpb.Message
+	var sizes []int
 	for {
 		var m *raftpb.Message
 		select {
@@ -218,27 +220,32 @@ func (p *peer) write(ctx context.Context, stream grpc.ClientStream) error {
 			return context.Cause(ctx)
 		case m = <-p.queue:
 		}
-		var frame []byte
+		ms, size := frameSize(m)
+		batch, sizes = append(batch[:0], m), append(sizes[:0], ms)
+	drain:
+		for size < limit {
+			select {
+			case m = <-p.queue:
+				ms, fs := frameSize(m)
+				batch, sizes = append(batch, m), append(sizes, ms)
+				size += fs
+			default:
+				break drain
+			}
+		}
+		frame := make([]byte, 0, size)
 		n := 0
-		for {
+		for i, m := range batch {
 			var err error
-			if frame, err = appendMessage(frame, m); err != nil {
+			if frame, err = appendMessage(frame, m, sizes[i]); err != nil {
 				// Cannot happen for messages raft built; skip rather than wedge.
 				p.t.lg.Error("encode raft message", zap.Stringer("type", m.GetType()), zap.Error(err))
 				p.dropped.Add(1)
-			} else {
-				n++
-			}
-			if len(frame) >= limit {
-				break
-			}
-			select {
-			case m = <-p.queue:
 				continue
-			default:
 			}
-			break
+			n++
 		}
+		clear(batch)
 		if n == 0 {
 			continue
 		}
@@ -267,6 +274,8 @@ func (t *Transport) dialOptions() []grpc.DialOption {
 	return append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTime / 2, PermitWithoutStream: true}),
+		grpc.WithInitialWindowSize(windowSize),
+		grpc.WithInitialConnWindowSize(windowSize),
 	}, t.cfg.DialOptions...)
 }
 

@@ -40,6 +40,11 @@ const (
 	DefaultDialTimeout     = 5 * time.Second
 )
 
+// windowSize is the HTTP/2 flow-control window of peer streams and
+// connections: a peer link carries few streams that each want a full
+// MsgApp or snapshot chunk in flight, which the 64 KiB default stalls.
+const windowSize = 4 << 20
+
 // Backoff between attempts to open a peer's stream.
 const (
 	minBackoff = 20 * time.Millisecond
@@ -172,6 +177,8 @@ func New(cfg Config) (*Transport, error) {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.WaitForHandlers(true),
+		grpc.InitialWindowSize(windowSize),
+		grpc.InitialConnWindowSize(windowSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 	}, cfg.ServerOptions...)
 	t.server = grpc.NewServer(opts...)
@@ -255,17 +262,27 @@ func (t *Transport) RemovePeer(id uint64) {
 // MsgSnap must go through SendSnapshot; here it is dropped and reported as a
 // failed snapshot.
 func (t *Transport) Send(msgs []*raftpb.Message) {
+	// Callbacks run after the lock is released: they may call back in.
+	var full map[uint64]bool
+	var snaps []uint64
+	defer func() {
+		for id := range full {
+			t.cfg.Unreachable(id)
+		}
+		for _, id := range snaps {
+			t.cfg.SnapshotStatus(id, false)
+		}
+	}()
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.stopped {
 		return
 	}
-	var full map[uint64]bool
 	for _, m := range msgs {
 		to := m.GetTo()
 		if m.GetType() == raftpb.MsgSnap {
 			t.lg.Warn("MsgSnap passed to Send; use SendSnapshot", zap.String("to", fmt.Sprintf("%x", to)))
-			t.cfg.SnapshotStatus(to, false)
+			snaps = append(snaps, to)
 			continue
 		}
 		p, ok := t.peers[to]
@@ -286,9 +303,6 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			}
 			full[to] = true
 		}
-	}
-	for id := range full {
-		t.cfg.Unreachable(id)
 	}
 }
 

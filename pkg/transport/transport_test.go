@@ -509,3 +509,33 @@ func TestStopEndsEveryGoroutine(t *testing.T) {
 	b.Stop()
 	c.Stop()
 }
+
+func TestFrameRoundTrip(t *testing.T) {
+	var frame []byte
+	var want []*raftpb.Message
+	for i := range uint64(300) {
+		m := msg(1, 2, i, 3)
+		m.Entries[0].Data = make([]byte, i*i) // sizes across uvarint lengths
+		n, _ := frameSize(m)
+		var err error
+		if frame, err = appendMessage(frame, m, n); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, m)
+	}
+	got, err := decodeFrame(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("decoded %d messages, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("message %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+	if _, err := decodeFrame(frame[:len(frame)-1]); err == nil {
+		t.Fatal("truncated frame decoded")
+	}
+}
