@@ -42,6 +42,7 @@ type peer struct {
 	urls         []string
 	targets      []string // gRPC targets of urls, same order
 	next         int      // index in targets of the next attempt
+	gen          uint64   // bumped when urls change
 	streamCancel context.CancelCauseFunc
 	active       bool
 	since        time.Time
@@ -72,6 +73,7 @@ func (p *peer) setURLs(urls, targets []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.urls, p.targets, p.next = urls, targets, 0
+	p.gen++
 	if p.streamCancel != nil {
 		p.streamCancel(errURLsChanged)
 	}
@@ -100,7 +102,7 @@ func (p *peer) run() {
 	backoff := minBackoff
 	for {
 		p.mu.Lock()
-		target := p.targets[p.next%len(p.targets)]
+		target, gen := p.targets[p.next%len(p.targets)], p.gen
 		p.mu.Unlock()
 		opened, err := p.session(target)
 		if p.ctx.Err() != nil {
@@ -113,8 +115,8 @@ func (p *peer) run() {
 		}
 		p.active = false
 		p.lastErr, p.lastErrAt = err, now
-		if !opened {
-			p.next++
+		if !opened && gen == p.gen {
+			p.next++ // try the peer's next URL
 		}
 		p.mu.Unlock()
 		if opened {

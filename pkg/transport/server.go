@@ -81,6 +81,10 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 			}
 			return err
 		}
+		if t.knownRemoved(from) {
+			return status.Errorf(codes.PermissionDenied,
+				"transport: member %x was removed from cluster %x", from, t.cfg.ClusterID)
+		}
 		msgs, err := decodeFrame(frame)
 		if err != nil {
 			t.lg.Error("bad raft frame", zap.String("from", fmt.Sprintf("%x", from)), zap.Error(err))

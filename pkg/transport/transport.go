@@ -244,7 +244,7 @@ func (t *Transport) UpdatePeer(id uint64, urls []string) error {
 }
 
 // RemovePeer stops sending to member id, drops what is queued for it, and
-// refuses its streams from now on. It returns once the peer's writer ended.
+// refuses its streams from now on (an open one ends at its next frame). It returns once the peer's writer ended.
 func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	p, ok := t.peers[id]

@@ -360,6 +360,18 @@ func TestUpdatePeerMovesStream(t *testing.T) {
 	waitFor(t, "stream to the new URL", func() bool { return a.Health(2).Active })
 	a.Send([]*raftpb.Message{msg(1, 2, 1, 0)})
 	waitFor(t, "delivery", func() bool { return len(b.Received()) == 1 })
+	// A dead first URL falls over to the second.
+	c := startMember(t, 3, 7, "", nil)
+	if err := a.AddPeer(3, []string{"http://" + deadAddr(t), c.url}); err != nil {
+		t.Fatal(err)
+	}
+	a.Send([]*raftpb.Message{msg(1, 3, 1, 0)})
+	waitFor(t, "stream to the second URL", func() bool { return a.Health(3).Active })
+	a.Send([]*raftpb.Message{msg(1, 3, 2, 0)})
+	waitFor(t, "delivery over the second URL", func() bool {
+		got := c.Received()
+		return len(got) > 0 && got[len(got)-1].GetIndex() == 2
+	})
 	if err := a.UpdatePeer(9, []string{b.url}); err == nil {
 		t.Fatal("UpdatePeer of an unknown peer succeeded")
 	}
@@ -537,5 +549,35 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeFrame(frame[:len(frame)-1]); err == nil {
 		t.Fatal("truncated frame decoded")
+	}
+}
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+func TestRemovedPeerStreamEnds(t *testing.T) {
+	a := startMember(t, 1, 7, "", nil)
+	b := startMember(t, 2, 7, "", nil)
+	connect(t, a, b)
+	b.RemovePeer(1)
+	if len(b.PeerHealth()) != 0 {
+		t.Fatal("removed peer still listed")
+	}
+	// The open stream from 1 ends at its next frame, and stays refused.
+	a.Send([]*raftpb.Message{msg(1, 2, 1, 0)})
+	waitFor(t, "refusal", func() bool {
+		err := a.Health(2).LastError
+		return err != nil && strings.Contains(err.Error(), "member 1 was removed")
+	})
+	if n := len(b.Received()); n != 0 {
+		t.Fatalf("removed member delivered %d messages", n)
 	}
 }
