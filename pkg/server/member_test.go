@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvd-dev/kvd/pkg/config"
 )
@@ -188,5 +189,16 @@ func TestRestartKeepsEveryWrite(t *testing.T) {
 				t.Fatalf("first write after restart at revision %d, want 122 (1 + 120 + 1)", got)
 			}
 		})
+	}
+}
+
+func TestGRPCHealthServing(t *testing.T) {
+	m := startMember(t, testConfig(t, "bolt", t.TempDir()))
+	resp, err := healthpb.NewHealthClient(m.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health status %v, want SERVING", resp.Status)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
@@ -268,6 +270,11 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logg
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: false}),
 	)
 	s.Register(g)
+	// etcd serves the standard gRPC health service too; load balancers and
+	// probes ask it.
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
 	var lns []net.Listener
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
