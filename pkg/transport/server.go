@@ -142,7 +142,7 @@ func (t *Transport) receiveSnapshotFile(ss grpc.ServerStream, from uint64, size 
 		return nil, "", fmt.Errorf("snapshot stream from %x carries %v, not MsgSnap", from, m.GetType())
 	}
 	dir := t.cfg.SnapshotDir
-	f, err := os.CreateTemp(dir, ".incoming-*.snap")
+	f, err := os.CreateTemp(dir, incomingPattern)
 	if err != nil {
 		return nil, "", fmt.Errorf("create snapshot file in %s: %w", dir, err)
 	}
@@ -193,7 +193,7 @@ func (t *Transport) receiveSnapshotFile(ss grpc.ServerStream, from uint64, size 
 		return nil, "", fmt.Errorf("close snapshot file %s: %w", f.Name(), err)
 	}
 	meta := m.GetSnapshot().GetMetadata()
-	path = filepath.Join(dir, fmt.Sprintf("%016x-%016x.snap", meta.GetTerm(), meta.GetIndex()))
+	path = filepath.Join(dir, fmt.Sprintf("%016x-%016x-from-%x.snap", meta.GetTerm(), meta.GetIndex(), from))
 	if err := os.Rename(f.Name(), path); err != nil {
 		return nil, "", fmt.Errorf("rename snapshot file to %s: %w", path, err)
 	}
@@ -212,6 +212,23 @@ func syncDir(dir string) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync snapshot dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// incomingPattern names snapshot files still being received; a crash leaves
+// them behind, and New removes them.
+const incomingPattern = ".incoming-*.snap"
+
+func removeIncoming(dir string) error {
+	partial, err := filepath.Glob(filepath.Join(dir, incomingPattern))
+	if err != nil {
+		return fmt.Errorf("list partial snapshots in %s: %w", dir, err)
+	}
+	for _, p := range partial {
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("remove partial snapshot %s: %w", p, err)
+		}
 	}
 	return nil
 }

@@ -74,7 +74,8 @@ type Config struct {
 	// receiver accepted the snapshot (raft.SnapshotFinish), false otherwise
 	// (raft.SnapshotFailure). Optional.
 	SnapshotStatus func(id uint64, ok bool)
-	// SnapshotDir receives incoming snapshots. Empty refuses them.
+	// SnapshotDir receives incoming snapshots. Empty refuses them. New
+	// removes partial files a crash left there.
 	SnapshotDir string
 
 	// QueueSize bounds the messages waiting for each peer.
@@ -140,6 +141,11 @@ func New(cfg Config) (*Transport, error) {
 		return nil, errors.New("new transport: Receive is nil")
 	case cfg.SnapshotDir != "" && cfg.ReceiveSnapshot == nil:
 		return nil, errors.New("new transport: SnapshotDir without ReceiveSnapshot")
+	}
+	if cfg.SnapshotDir != "" {
+		if err := removeIncoming(cfg.SnapshotDir); err != nil {
+			return nil, fmt.Errorf("new transport: %w", err)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

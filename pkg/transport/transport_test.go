@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -579,5 +580,22 @@ func TestRemovedPeerStreamEnds(t *testing.T) {
 	})
 	if n := len(b.Received()); n != 0 {
 		t.Fatalf("removed member delivered %d messages", n)
+	}
+}
+
+func TestNewRemovesPartialSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{".incoming-123.snap", "0000000000000003-000000000000000a-from-1.snap"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startMember(t, 1, 7, "", func(c *Config) { c.SnapshotDir = dir })
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "0000000000000003-000000000000000a-from-1.snap" {
+		t.Fatalf("snapshot dir holds %v, want only the complete snapshot", ents)
 	}
 }
