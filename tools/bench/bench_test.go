@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 // fakeKV answers Put, Range and Txn from a map and records what it was sent.
 type fakeKV struct {
 	pb.UnimplementedKVServer
+	pb.UnimplementedWatchServer
 
 	// failEvery > 0 fails every failEvery-th request (counted over all kinds).
 	failEvery int64
@@ -39,6 +41,102 @@ type fakeKV struct {
 	lastRng  *pb.RangeRequest
 	badTxn   string // first malformed txn seen
 	keySizes map[int]bool
+	rev      int64
+	watchers []*fakeWatcher // live watchers of every stream
+	created  int            // watchers ever created
+	// dupEvery > 0 sends every dupEvery-th event (counted over all
+	// watchers) twice, like a server that breaks uniqueness.
+	dupEvery  int
+	published int
+}
+
+// fakeWatcher is one watcher of a fake Watch stream; out is its stream's
+// send queue.
+type fakeWatcher struct {
+	id       int64
+	key, end []byte
+	out      chan *pb.WatchResponse
+}
+
+// publish queues the event of a put to every watcher covering key. f.mu is held.
+func (f *fakeKV) publish(key, value []byte) {
+	for _, w := range f.watchers {
+		in := string(key) == string(w.key)
+		if len(w.end) > 0 {
+			in = string(key) >= string(w.key) && string(key) < string(w.end)
+		}
+		if !in {
+			continue
+		}
+		ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: key, Value: value, ModRevision: f.rev}}
+		resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: f.rev}, WatchId: w.id, Events: []*mvccpb.Event{ev}}
+		f.published++
+		if f.dupEvery > 0 && f.published%f.dupEvery == 0 {
+			resp.Events = append(resp.Events, ev)
+		}
+		w.out <- resp
+	}
+}
+
+// Watch serves one stream: creates are answered in order with ids from 0,
+// events come from Put. The queue is large enough for every test's events,
+// so publish never blocks.
+func (f *fakeKV) Watch(stream pb.Watch_WatchServer) error {
+	out := make(chan *pb.WatchResponse, 1<<16)
+	var mine []*fakeWatcher
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.watchers = slices.DeleteFunc(f.watchers, func(w *fakeWatcher) bool { return slices.Contains(mine, w) })
+	}()
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case r := <-out:
+				if err := stream.Send(r); err != nil {
+					sendErr <- err
+					return
+				}
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		c := req.GetCreateRequest()
+		if c == nil {
+			continue
+		}
+		f.mu.Lock()
+		w := &fakeWatcher{id: int64(len(mine)), key: c.Key, end: c.RangeEnd, out: out}
+		mine = append(mine, w)
+		f.watchers = append(f.watchers, w)
+		f.created++
+		out <- &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: f.rev}, WatchId: w.id, Created: true}
+		f.mu.Unlock()
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+	}
+}
+
+func (f *fakeKV) createdWatchers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.created
+}
+
+func (f *fakeKV) liveWatchers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.watchers)
 }
 
 func newFakeKV() *fakeKV {
@@ -66,8 +164,11 @@ func (f *fakeKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, er
 	f.mu.Lock()
 	f.data[string(r.Key)] = r.Value
 	f.keySizes[len(r.Key)] = true
+	f.rev++
+	rev := f.rev
+	f.publish(r.Key, r.Value)
 	f.mu.Unlock()
-	return &pb.PutResponse{Header: &pb.ResponseHeader{}}, nil
+	return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
 }
 
 func (f *fakeKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
@@ -133,6 +234,7 @@ func startFake(t *testing.T, f *fakeKV) string {
 	}
 	srv := grpc.NewServer()
 	pb.RegisterKVServer(srv, f)
+	pb.RegisterWatchServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
@@ -259,6 +361,7 @@ func TestRangePreloadCheckCatchesLostWrites(t *testing.T) {
 	}
 	srv := grpc.NewServer()
 	pb.RegisterKVServer(srv, f)
+	pb.RegisterWatchServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
@@ -453,5 +556,145 @@ func TestKeys(t *testing.T) {
 		if got := string(prefixEnd(prefix)); got != want {
 			t.Errorf("prefixEnd(%q) = %q, want %q", prefix, got, want)
 		}
+	}
+}
+
+// runWatchJSON runs the watch command with --json and decodes its summary.
+func runWatchJSON(t *testing.T, addr string, args ...string) (jsonWatch, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	full := append([]string{"--endpoints", addr, "--json", "--conns", "2", "--dial-timeout", "10s"}, args...)
+	code := run(context.Background(), full, &out, &errOut)
+	if code == 1 {
+		t.Fatalf("bench %v: exit 1: %s", args, errOut.String())
+	}
+	var s jsonWatch
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("bench %v: decode %q: %v", args, out.String(), err)
+	}
+	return s, code
+}
+
+func TestWatchCountsEveryEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		watchers, puts int
+		wantEvents     int64
+	}{
+		{"distinct keys", nil, 20, 70, 70},
+		{"shared prefix", []string{"--shared-prefix"}, 10, 30, 300},
+		{"one watcher", nil, 1, 15, 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeKV()
+			addr := startFake(t, f)
+			args := append([]string{"watch", "--watchers", fmt.Sprint(tc.watchers), "--streams", "3",
+				"--puts", fmt.Sprint(tc.puts), "--put-rate", "0", "--put-clients", "4"}, tc.args...)
+			s, code := runWatchJSON(t, addr, args...)
+			if code != 0 {
+				t.Fatalf("exit %d, summary %+v; want 0", code, s)
+			}
+			if s.Puts != int64(tc.puts) || f.puts.Load() != int64(tc.puts) {
+				t.Errorf("puts %d, server saw %d; want %d", s.Puts, f.puts.Load(), tc.puts)
+			}
+			if s.Events != tc.wantEvents || s.Expected != tc.wantEvents {
+				t.Errorf("events %d of %d expected, want %d", s.Events, s.Expected, tc.wantEvents)
+			}
+			if s.Missing != 0 || s.Extra != 0 || s.Duplicates != 0 || s.Foreign != 0 {
+				t.Errorf("short %d, over %d, duplicates %d, foreign %d; want none", s.Missing, s.Extra, s.Duplicates, s.Foreign)
+			}
+			if s.Streams != min(3, tc.watchers) {
+				t.Errorf("streams %d, want %d", s.Streams, min(3, tc.watchers))
+			}
+			l := s.LatencyMs
+			if l.Fastest <= 0 || l.Fastest > l.P50 || l.P50 > l.P99 || l.P99 > l.P999 || l.P999 > l.Slowest || s.EventsPerSec <= 0 {
+				t.Errorf("latencies out of order or missing: %+v, events/s %v", l, s.EventsPerSec)
+			}
+			if f.createdWatchers() != tc.watchers {
+				t.Errorf("server created %d watchers, want %d", f.createdWatchers(), tc.watchers)
+			}
+			waitFor(t, "watchers released", func() bool { return f.liveWatchers() == 0 })
+		})
+	}
+}
+
+func TestWatchReportsDuplicates(t *testing.T) {
+	f := newFakeKV()
+	f.dupEvery = 5
+	addr := startFake(t, f)
+	s, code := runWatchJSON(t, addr, "watch", "--watchers", "4", "--streams", "2", "--puts", "20", "--put-rate", "0")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2 for a run with duplicate events", code)
+	}
+	if s.Duplicates != 4 || s.Events != 24 || s.Expected != 20 || s.Extra == 0 {
+		t.Errorf("duplicates %d, events %d of %d, over %d; want 4 duplicates, 24 of 20 events", s.Duplicates, s.Events, s.Expected, s.Extra)
+	}
+}
+
+func TestWatchPutRateBoundsThePuts(t *testing.T) {
+	f := newFakeKV()
+	addr := startFake(t, f)
+	s, code := runWatchJSON(t, addr, "watch", "--watchers", "2", "--puts", "11", "--put-rate", "100")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	// Put j is not sent before j/rate seconds after the first: 10 gaps of 10ms.
+	if s.PutSec < 0.1 {
+		t.Errorf("11 puts at 100/s took %.3fs, want at least 0.1s", s.PutSec)
+	}
+}
+
+func TestIdleWatchersHeldDuringPut(t *testing.T) {
+	f := newFakeKV()
+	addr := startFake(t, f)
+	s, code := runJSON(t, addr, "--clients", "4", "--conns", "2", "--total", "100",
+		"--idle-watchers", "50", "--idle-streams", "3", "put", "--key-space-size", "10")
+	if code != 0 || s.Requests != 100 || s.IdleWatchers != 50 {
+		t.Fatalf("exit %d, requests %d, idle watchers %d; want 0, 100, 50", code, s.Requests, s.IdleWatchers)
+	}
+	if f.createdWatchers() != 50 {
+		t.Errorf("server created %d watchers, want 50", f.createdWatchers())
+	}
+	waitFor(t, "idle watchers released", func() bool { return f.liveWatchers() == 0 })
+}
+
+func TestStamp(t *testing.T) {
+	v := make([]byte, 20)
+	stamp(v, 12345, 987*time.Millisecond)
+	seq, sent, ok := unstamp(v)
+	if !ok || seq != 12345 || sent != 987*time.Millisecond {
+		t.Errorf("unstamp = %d, %v, %v; want 12345, 987ms, true", seq, sent, ok)
+	}
+	if _, _, ok := unstamp(v[:15]); ok {
+		t.Error("unstamp of a 15-byte value succeeded")
+	}
+}
+
+func TestWatchSpecMatches(t *testing.T) {
+	one := watchSpec{key: []byte("a/1")}
+	pre := watchSpec{key: []byte("a/"), end: prefixEnd("a/")}
+	for _, tc := range []struct {
+		s    watchSpec
+		k    string
+		want bool
+	}{
+		{one, "a/1", true}, {one, "a/10", false}, {pre, "a/10", true}, {pre, "a/", true}, {pre, "b", false}, {pre, "a", false},
+	} {
+		if got := tc.s.matches([]byte(tc.k)); got != tc.want {
+			t.Errorf("%q matches %q = %v, want %v", tc.s.key, tc.k, got, tc.want)
+		}
+	}
+}
+
+// waitFor polls cond until it holds or 10 seconds pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 10s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-const globalUsage = `usage: bench [global flags] put|range|txn [flags]
+const globalUsage = `usage: bench [global flags] put|range|txn|watch [flags]
 
 Global flags:
 `
@@ -70,6 +70,8 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	gfs.DurationVar(&o.dialTimeout, "dial-timeout", 5*time.Second, "time for every connection to become ready")
 	gfs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "deadline of one request (0: none)")
 	gfs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the text summary")
+	gfs.IntVar(&o.idleWatchers, "idle-watchers", 0, "put, range, txn: hold this many watchers on keys never written while measuring")
+	gfs.IntVar(&o.idleStreams, "idle-streams", 10, "watch streams (over their own connections) carrying --idle-watchers")
 	if err := gfs.Parse(args); err != nil {
 		return err
 	}
@@ -87,9 +89,12 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rest := gfs.Args()
 	if len(rest) == 0 {
 		gfs.Usage()
-		return errors.New("missing command: put, range or txn")
+		return errors.New("missing command: put, range, txn or watch")
 	}
 	name, cmdArgs := rest[0], rest[1:]
+	if name == "watch" {
+		return runWatch(ctx, o, cmdArgs, asJSON, stdout, stderr)
+	}
 	w, err := parseWorkload(name, cmdArgs, stderr)
 	if err != nil {
 		return err
@@ -142,7 +147,7 @@ func parseWorkload(name string, args []string, stderr io.Writer) (workload, erro
 		fs.StringVar(&consi, "consistency", "l", "l (linearizable) or s (serializable)")
 		fs.Int64Var(&rw.limit, "limit", 0, "most keys per response (0: all)")
 	default:
-		return nil, fmt.Errorf("unknown command %q: want put, range or txn", name)
+		return nil, fmt.Errorf("unknown command %q: want put, range, txn or watch", name)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -167,4 +172,41 @@ func parseWorkload(name string, args []string, stderr io.Writer) (workload, erro
 		return nil, err
 	}
 	return &rw, nil
+}
+
+func runWatch(ctx context.Context, g runOptions, args []string, asJSON bool, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench watch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := watchOptions{endpoints: g.endpoints, watchConns: g.conns, dialTimeout: g.dialTimeout, reqTimeout: g.requestTimeout}
+	fs.IntVar(&o.watchers, "watchers", 1000, "watchers in total")
+	fs.IntVar(&o.streams, "streams", 10, "watch streams carrying the watchers (over the global --conns connections)")
+	fs.BoolVar(&o.shared, "shared-prefix", false, "every watcher watches one shared prefix (default: each its own key)")
+	fs.IntVar(&o.puts, "puts", 1000, "puts, each on one watched key, after every watcher is created")
+	fs.Float64Var(&o.putRate, "put-rate", 1000, "puts per second at most (0: unbounded)")
+	fs.IntVar(&o.putClients, "put-clients", 10, "concurrent put loops")
+	fs.IntVar(&o.putConns, "put-conns", 2, "connections of the put loops, apart from the watch connections")
+	fs.IntVar(&o.valSize, "val-size", 64, "value size in bytes (at least 16: the stamp)")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "bound of the whole run; events missing by then are reported")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("watch: unexpected arguments %q", fs.Args())
+	}
+	r, err := benchWatch(ctx, o)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		err = r.writeJSON(stdout)
+	} else {
+		err = r.writeText(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	if !r.ok() {
+		return errRequestsFailed
+	}
+	return nil
 }

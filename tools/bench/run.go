@@ -26,6 +26,8 @@ type runOptions struct {
 	warmup         time.Duration
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
+	idleWatchers   int // watchers held on never-written keys while measuring
+	idleStreams    int
 }
 
 func (o runOptions) validate() error {
@@ -36,6 +38,8 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--clients and --conns must be at least 1, got %d and %d", o.clients, o.conns)
 	case o.total < 0 || o.duration < 0 || o.warmup < 0:
 		return errors.New("--total, --duration and --warmup must not be negative")
+	case o.idleWatchers < 0 || o.idleStreams < 1:
+		return errors.New("--idle-watchers must not be negative and --idle-streams must be at least 1")
 	case o.total == 0 && o.duration == 0:
 		return errors.New("one of --total and --duration must bound the run")
 	}
@@ -184,6 +188,19 @@ func bench(ctx context.Context, o runOptions, name string, w workload) (*summary
 	for i, cc := range conns {
 		kvs[i] = pb.NewKVClient(cc)
 	}
+	if o.idleWatchers > 0 {
+		wconns, err := dial(ctx, o.endpoints, min(o.idleStreams, o.idleWatchers), o.dialTimeout)
+		if err != nil {
+			return nil, err
+		}
+		defer closeConns(wconns)
+		ws, err := startWatchers(ctx, wconns, idleSpecs(o.idleWatchers), o.idleStreams, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("idle watchers: %w", err)
+		}
+		// Closed before the connections (defers run last-in first-out).
+		defer ws.close()
+	}
 	if err := w.prepare(ctx, kvs, o.clients); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", name, err)
 	}
@@ -199,6 +216,6 @@ func bench(ctx context.Context, o runOptions, name string, w workload) (*summary
 		return nil, fmt.Errorf("%s interrupted: %w", name, err)
 	}
 	s := summarize(name, res)
-	s.Endpoints, s.Clients, s.Conns = o.endpoints, o.clients, o.conns
+	s.Endpoints, s.Clients, s.Conns, s.IdleWatchers = o.endpoints, o.clients, o.conns, o.idleWatchers
 	return s, nil
 }

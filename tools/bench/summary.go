@@ -14,15 +14,17 @@ var reportedPercentiles = []float64{50, 90, 99, 99.9}
 // summary is the result of one measured run. Requests counts the successful
 // requests only; latencies and Requests/sec are over those.
 type summary struct {
-	Workload   string
-	Endpoints  []string
-	Clients    int
-	Conns      int
-	Total      time.Duration
-	Requests   int64
-	Errors     int64
-	FirstError string
-	RPS        float64
+	Workload  string
+	Endpoints []string
+	Clients   int
+	Conns     int
+	// IdleWatchers were held on never-written keys during the run.
+	IdleWatchers int
+	Total        time.Duration
+	Requests     int64
+	Errors       int64
+	FirstError   string
+	RPS          float64
 	latencyStats
 	Percentiles []time.Duration // parallel to reportedPercentiles
 	Histogram   []histogramBucket
@@ -56,6 +58,9 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.4f secs.", d.Seconds()
 func (s *summary) writeText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nSummary (%s, %d clients over %d conns to %s):\n", s.Workload, s.Clients, s.Conns, strings.Join(s.Endpoints, ","))
+	if s.IdleWatchers > 0 {
+		fmt.Fprintf(&b, "  Idle watchers:\t%d\n", s.IdleWatchers)
+	}
 	fmt.Fprintf(&b, "  Total:\t%s\n", secs(s.Total))
 	fmt.Fprintf(&b, "  Requests:\t%d\n", s.Requests)
 	fmt.Fprintf(&b, "  Errors:\t%d\n", s.Errors)
@@ -92,16 +97,17 @@ func (s *summary) writeText(w io.Writer) error {
 // jsonSummary is the --json form: one object on one line, latencies in
 // milliseconds, so scripts can pick fields without a JSON library.
 type jsonSummary struct {
-	Workload   string      `json:"workload"`
-	Endpoints  []string    `json:"endpoints"`
-	Clients    int         `json:"clients"`
-	Conns      int         `json:"conns"`
-	TotalSec   float64     `json:"total_sec"`
-	Requests   int64       `json:"requests"`
-	Errors     int64       `json:"errors"`
-	FirstError string      `json:"first_error"`
-	RPS        float64     `json:"rps"`
-	LatencyMs  jsonLatency `json:"latency_ms"`
+	Workload     string      `json:"workload"`
+	Endpoints    []string    `json:"endpoints"`
+	Clients      int         `json:"clients"`
+	Conns        int         `json:"conns"`
+	IdleWatchers int         `json:"idle_watchers"`
+	TotalSec     float64     `json:"total_sec"`
+	Requests     int64       `json:"requests"`
+	Errors       int64       `json:"errors"`
+	FirstError   string      `json:"first_error"`
+	RPS          float64     `json:"rps"`
+	LatencyMs    jsonLatency `json:"latency_ms"`
 }
 
 type jsonLatency struct {
@@ -119,15 +125,16 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func (s *summary) writeJSON(w io.Writer) error {
 	out := jsonSummary{
-		Workload:   s.Workload,
-		Endpoints:  s.Endpoints,
-		Clients:    s.Clients,
-		Conns:      s.Conns,
-		TotalSec:   s.Total.Seconds(),
-		Requests:   s.Requests,
-		Errors:     s.Errors,
-		FirstError: s.FirstError,
-		RPS:        s.RPS,
+		Workload:     s.Workload,
+		Endpoints:    s.Endpoints,
+		Clients:      s.Clients,
+		Conns:        s.Conns,
+		IdleWatchers: s.IdleWatchers,
+		TotalSec:     s.Total.Seconds(),
+		Requests:     s.Requests,
+		Errors:       s.Errors,
+		FirstError:   s.FirstError,
+		RPS:          s.RPS,
 		LatencyMs: jsonLatency{
 			Fastest: ms(s.fastest),
 			Slowest: ms(s.slowest),
