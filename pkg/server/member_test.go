@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,5 +203,32 @@ func TestGRPCHealthServing(t *testing.T) {
 	}
 	if resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health status %v, want SERVING", resp.Status)
+	}
+}
+
+// TestHTTPEndpointsBesideGRPC: the client port answers etcd's plain HTTP
+// endpoints and gRPC on the same listener.
+func TestHTTPEndpointsBesideGRPC(t *testing.T) {
+	c := testConfig(t, "bolt", t.TempDir())
+	m := startMember(t, c)
+	put(t, m, "k", "v") // a leader exists: /health can pass
+	u, _ := c.ClientURLs()
+	for path, want := range map[string]string{
+		"/version": `{"etcdcluster":"3.7.0","etcdserver":"3.7.3"}`,
+		"/health":  `{"health":"true","reason":""}`,
+		"/livez":   "ok",
+	} {
+		resp, err := http.Get("http://" + u[0].Host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != want {
+			t.Fatalf("GET %s: %d %q, want 200 %q", path, resp.StatusCode, body, want)
+		}
+	}
+	if _, err := m.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")}); err != nil {
+		t.Fatalf("gRPC after HTTP on the same port: %v", err)
 	}
 }

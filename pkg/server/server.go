@@ -4,9 +4,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -275,30 +277,37 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logg
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	var lns []net.Listener
+	hsrv := &http.Server{Handler: httpHandler(s), ReadHeaderTimeout: 10 * time.Second}
+	var splits []*splitListener
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			for _, u := range urls {
 				ln, err := listen(u)
 				if err != nil {
-					for _, l := range lns {
-						l.Close()
+					for _, sl := range splits {
+						sl.Close()
 					}
 					return err
 				}
-				lns = append(lns, ln)
+				splits = append(splits, newSplitListener(ln))
 			}
-			for _, ln := range lns {
-				lg.Info("serving client requests", zap.String("address", ln.Addr().String()))
-				go func(ln net.Listener) {
-					if err := g.Serve(ln); err != nil {
+			for _, sl := range splits {
+				lg.Info("serving client requests (gRPC and HTTP)", zap.String("address", sl.ln.Addr().String()))
+				go func(sl *splitListener) {
+					if err := g.Serve(sl.grpc); err != nil {
 						lg.Warn("grpc serve ended", zap.Error(err))
 					}
-				}(ln)
+				}(sl)
+				go func(sl *splitListener) {
+					if err := hsrv.Serve(sl.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						lg.Warn("http serve ended", zap.Error(err))
+					}
+				}(sl)
 			}
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
+			_ = hsrv.Close()
 			done := make(chan struct{})
 			go func() { g.GracefulStop(); close(done) }()
 			select {
@@ -307,6 +316,9 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logg
 				g.Stop()
 			case <-time.After(3 * time.Second):
 				g.Stop()
+			}
+			for _, sl := range splits {
+				sl.Close()
 			}
 			return nil
 		},

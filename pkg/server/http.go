@@ -1,0 +1,53 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/kvd-dev/kvd/pkg/api"
+)
+
+// clusterVersion is the cluster version etcd v3.7 members agree on.
+const clusterVersion = "3.7.0"
+
+// httpHandler serves etcd's plain HTTP endpoints on the client port:
+// /version, /health (a linearizable read must succeed, as etcd checks),
+// /livez and /readyz.
+func httpHandler(s *api.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"etcdserver": Version, "etcdcluster": clusterVersion})
+	})
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := s.Health(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false", "reason": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"health": "true", "reason": ""})
+	})
+	ok := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	}
+	mux.HandleFunc("/livez", ok)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := s.Health(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		ok(w, r)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
