@@ -142,6 +142,11 @@ type Config struct {
 	LogFormat   string   `yaml:"log-format"`
 	EnablePprof bool     `yaml:"enable-pprof"`
 
+	// FeatureGates is etcd's feature-gates list, "Name=true,Name=false".
+	// kvd acts on LeaseCheckpoint (and LeaseCheckpointPersist, which kvd
+	// always does); the other etcd gates are accepted and have no effect.
+	FeatureGates string `yaml:"feature-gates"`
+
 	Backend Backend `yaml:"backend"`
 	Tracing Tracing `yaml:"tracing"`
 }

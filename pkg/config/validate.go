@@ -35,6 +35,9 @@ func (c *Config) Validate() error {
 	if v.SnapshotCount == 0 {
 		add("snapshot-count", "must be positive")
 	}
+	if _, err := v.Features(); err != nil {
+		add("feature-gates", "%v", err)
+	}
 
 	switch {
 	case v.HeartbeatInterval == 0:

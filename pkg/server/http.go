@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/kvd-dev/kvd/pkg/api"
@@ -14,9 +15,16 @@ const clusterVersion = "3.7.0"
 
 // httpHandler serves etcd's plain HTTP endpoints on the client port:
 // /version, /health (a linearizable read must succeed, as etcd checks),
-// /livez and /readyz.
-func httpHandler(s *api.Server) http.Handler {
+// /livez and /readyz; and /debug/pprof with enable-pprof.
+func httpHandler(s *api.Server, pprofOn bool) http.Handler {
 	mux := http.NewServeMux()
+	if pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"etcdserver": Version, "etcdcluster": clusterVersion})
 	})

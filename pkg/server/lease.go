@@ -32,9 +32,20 @@ func newExpirer(c *config.Config, n *raftnode.Node, m *leasemgr.Manager, s *api.
 		IsLeader: func() bool { return n.Leader() == n.ID() },
 		Extend:   time.Duration(c.ElectionTimeout) * time.Millisecond,
 		Revoke:   s.ProposeLeaseRevoke,
-		// Checkpointing stays off (CheckpointInterval 0) until the config
-		// has etcd's LeaseCheckpoint switch; applying checkpoints works.
-		Checkpoint: s.ProposeLeaseCheckpoints,
-		Logger:     lg.Named("lease"),
+		// etcd's LeaseCheckpoint feature gate turns checkpointing on, at
+		// etcd's default interval.
+		CheckpointInterval: checkpointInterval(c),
+		Checkpoint:         s.ProposeLeaseCheckpoints,
+		Logger:             lg.Named("lease"),
 	})
+}
+
+// leaseCheckpointInterval is etcd's default lease checkpoint interval.
+const leaseCheckpointInterval = 5 * time.Minute
+
+func checkpointInterval(c *config.Config) time.Duration {
+	if c.FeatureEnabled("LeaseCheckpoint") {
+		return leaseCheckpointInterval
+	}
+	return 0
 }

@@ -232,3 +232,14 @@ func TestHTTPEndpointsBesideGRPC(t *testing.T) {
 		t.Fatalf("gRPC after HTTP on the same port: %v", err)
 	}
 }
+
+func TestLeaseCheckpointFeatureGate(t *testing.T) {
+	c := config.Default()
+	if got := checkpointInterval(c); got != 0 {
+		t.Fatalf("checkpointing on by default (%v)", got)
+	}
+	c.FeatureGates = "LeaseCheckpoint=true"
+	if got := checkpointInterval(c); got != 5*time.Minute {
+		t.Fatalf("LeaseCheckpoint=true gives interval %v, want etcd's 5m", got)
+	}
+}

@@ -277,7 +277,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logg
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	hsrv := &http.Server{Handler: httpHandler(s), ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{Handler: httpHandler(s, c.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
 	var splits []*splitListener
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
