@@ -85,7 +85,7 @@ type watchSet struct {
 	// fresh counts the events that were neither duplicates nor out of
 	// order, so repeated events cannot make up for missing ones.
 	fresh atomic.Int64
-	allUp   chan struct{} // closed once every watcher is created
+	allUp chan struct{} // closed once every watcher is created
 
 	failOnce sync.Once
 	failed   chan struct{} // closed with err set on the first stream failure
