@@ -12,30 +12,14 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kvd-dev/kvd/pkg/backend"
-	"github.com/kvd-dev/kvd/pkg/backend/badger"
-	"github.com/kvd-dev/kvd/pkg/backend/bolt"
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
 func eachEngine(t *testing.T, fn func(t *testing.T, a *Applier, st *mvcc.Store)) {
-	for _, engine := range []string{"bolt", "badger"} {
+	for _, engine := range enginetest.Names {
 		t.Run(engine, func(t *testing.T) {
-			opts := backend.Options{Dir: t.TempDir()}
-			var (
-				be  backend.Backend
-				err error
-			)
-			if engine == "bolt" {
-				be, err = bolt.Open(opts, bolt.Options{})
-			} else {
-				be, err = badger.Open(opts, badger.Options{})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { be.Close() })
-			st, err := mvcc.Open(be, zap.NewNop())
+			st, err := mvcc.Open(enginetest.OpenT(t, engine), zap.NewNop())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,8 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
-	"github.com/kvd-dev/kvd/pkg/backend/badger"
-	"github.com/kvd-dev/kvd/pkg/backend/bolt"
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
@@ -43,14 +42,8 @@ func eachLeaseEnv(t *testing.T, fn func(t *testing.T, e *leaseEnv)) {
 
 func (e *leaseEnv) open() {
 	e.t.Helper()
-	opts := backend.Options{Dir: e.dir}
 	var err error
-	if e.engine == "bolt" {
-		e.be, err = bolt.Open(opts, bolt.Options{})
-	} else {
-		e.be, err = badger.Open(opts, badger.Options{})
-	}
-	if err != nil {
+	if e.be, err = enginetest.Open(e.engine, e.dir); err != nil {
 		e.t.Fatal(err)
 	}
 	if e.st, err = mvcc.Open(e.be, zap.NewNop()); err != nil {

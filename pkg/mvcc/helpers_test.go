@@ -9,8 +9,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
-	"github.com/kvd-dev/kvd/pkg/backend/badger"
-	"github.com/kvd-dev/kvd/pkg/backend/bolt"
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 )
 
 // engine opens a backend in dir; every store test runs on each engine.
@@ -19,14 +18,13 @@ type engine struct {
 	open func(dir string) (backend.Backend, error)
 }
 
-var engines = []engine{
-	{"bolt", func(dir string) (backend.Backend, error) {
-		return bolt.Open(backend.Options{Dir: dir}, bolt.Options{NoSync: true})
-	}},
-	{"badger", func(dir string) (backend.Backend, error) {
-		return badger.Open(backend.Options{Dir: dir}, badger.Options{MaxUpdateBytes: 4 << 20})
-	}},
-}
+var engines = func() []engine {
+	var es []engine
+	for _, name := range enginetest.Names {
+		es = append(es, engine{name, func(dir string) (backend.Backend, error) { return enginetest.Open(name, dir) }})
+	}
+	return es
+}()
 
 func forEachEngine(t *testing.T, f func(t *testing.T, e engine)) {
 	for _, e := range engines {

@@ -9,9 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
 
-	"github.com/kvd-dev/kvd/pkg/backend"
-	"github.com/kvd-dev/kvd/pkg/backend/badger"
-	"github.com/kvd-dev/kvd/pkg/backend/bolt"
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -24,23 +22,9 @@ type env struct {
 }
 
 func eachEngine(t *testing.T, cfg Config, fn func(t *testing.T, e *env)) {
-	for _, engine := range []string{"bolt", "badger"} {
+	for _, engine := range enginetest.Names {
 		t.Run(engine, func(t *testing.T) {
-			opts := backend.Options{Dir: t.TempDir()}
-			var (
-				be  backend.Backend
-				err error
-			)
-			if engine == "bolt" {
-				be, err = bolt.Open(opts, bolt.Options{NoSync: true})
-			} else {
-				be, err = badger.Open(opts, badger.Options{})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { be.Close() })
-			st, err := mvcc.Open(be, zap.NewNop())
+			st, err := mvcc.Open(enginetest.OpenT(t, engine), zap.NewNop())
 			if err != nil {
 				t.Fatal(err)
 			}
