@@ -111,3 +111,11 @@ func (a *Applied) Wait(ctx context.Context, index uint64) error {
 		}
 	}
 }
+
+// Len is the number of proposals waiting for their result (etcd's
+// etcd_server_proposals_pending).
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}

@@ -81,10 +81,11 @@ type Node struct {
 	Appends *actors.Inbox[Append]
 	Applies *actors.Inbox[*raftpb.Message]
 
-	term    atomic.Uint64
-	lead    atomic.Uint64
-	commit  atomic.Uint64
-	leaderc atomic.Pointer[chan struct{}] // closed when a leader is known
+	term          atomic.Uint64
+	lead          atomic.Uint64
+	leaderChanges atomic.Uint64
+	commit        atomic.Uint64
+	leaderc       atomic.Pointer[chan struct{}] // closed when a leader is known
 
 	// pendingTraces are the contexts of proposals made since the last Ready,
 	// in proposal order: raft appends their entries in that order.
@@ -156,6 +157,10 @@ func (n *Node) Term() uint64 { return n.term.Load() }
 
 // Leader is the current leader's ID, 0 if none is known.
 func (n *Node) Leader() uint64 { return n.lead.Load() }
+
+// LeaderChanges counts the leaders this member has seen (etcd's
+// etcd_server_leader_changes_seen_total).
+func (n *Node) LeaderChanges() uint64 { return n.leaderChanges.Load() }
 
 // CommitIndex is the highest index known committed.
 func (n *Node) CommitIndex() uint64 { return n.commit.Load() }
@@ -337,6 +342,9 @@ func (n *Node) setLeader(lead uint64) {
 	old := n.lead.Swap(lead)
 	if old == lead {
 		return
+	}
+	if lead != raft.None {
+		n.leaderChanges.Add(1)
 	}
 	if lead != raft.None {
 		ch := *n.leaderc.Load()

@@ -19,6 +19,9 @@ type WALWriter struct {
 	log    *raftlog.Log
 	node   *Node
 	tracer trace.Tracer
+	// OnSync, if set before Run, observes how long each batch's write and
+	// fsync took (etcd_disk_wal_fsync_duration_seconds).
+	OnSync func(time.Duration)
 }
 
 // NewWALWriter returns the WAL writer for node.
@@ -72,6 +75,9 @@ func (w *WALWriter) write(batch []Append) error {
 		return fmt.Errorf("save wal: %w", err)
 	}
 	end := time.Now()
+	if w.OnSync != nil {
+		w.OnSync(end.Sub(start))
+	}
 	w.traceFsync(batch, start, end)
 	for _, a := range batch {
 		w.node.deliver(a.Msg.GetResponses())

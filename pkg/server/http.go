@@ -7,6 +7,8 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/kvd-dev/kvd/pkg/api"
 )
 
@@ -15,9 +17,10 @@ const clusterVersion = "3.7.0"
 
 // httpHandler serves etcd's plain HTTP endpoints on the client port:
 // /version, /health (a linearizable read must succeed, as etcd checks),
-// /livez and /readyz; and /debug/pprof with enable-pprof.
-func httpHandler(s *api.Server, pprofOn bool) http.Handler {
+// /livez, /readyz and /metrics; and /debug/pprof with enable-pprof.
+func httpHandler(s *api.Server, mt *Metrics, pprofOn bool) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(mt.Registry, promhttp.HandlerOpts{}))
 	if pprofOn {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -243,3 +243,35 @@ func TestLeaseCheckpointFeatureGate(t *testing.T) {
 		t.Fatalf("LeaseCheckpoint=true gives interval %v, want etcd's 5m", got)
 	}
 }
+
+// TestMetricsUseEtcdNames: /metrics answers with etcd's metric names, and the
+// values follow the member.
+func TestMetricsUseEtcdNames(t *testing.T) {
+	c := testConfig(t, "bolt", t.TempDir())
+	m := startMember(t, c)
+	rev := put(t, m, "k", "v").Header.Revision
+	u, _ := c.ClientURLs()
+	resp, err := http.Get("http://" + u[0].Host + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, want := range []string{
+		"etcd_server_has_leader 1",
+		"etcd_server_is_leader 1",
+		"etcd_server_leader_changes_seen_total 1",
+		fmt.Sprintf("etcd_debugging_mvcc_current_revision %d", rev),
+		`etcd_server_version{server_version="3.7.3"} 1`,
+		"etcd_mvcc_db_total_size_in_bytes ",
+		"etcd_debugging_mvcc_watch_stream_total 0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "etcd_disk_wal_fsync_duration_seconds_count 0\n") || !strings.Contains(text, "etcd_disk_wal_fsync_duration_seconds_count") {
+		t.Error("no WAL fsync observed in etcd_disk_wal_fsync_duration_seconds")
+	}
+}

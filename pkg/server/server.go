@@ -61,6 +61,7 @@ func Module() fx.Option {
 			newApplied,
 			newLeases,
 			newWatchConfig,
+			newMetrics,
 			watchhub.New,
 			newAPI,
 			newActors,
@@ -175,8 +176,8 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, m *Membership
 func newApplied(st *mvcc.Store) *apply.Applied { return apply.NewApplied(st.ConsistentIndex()) }
 
 // newWatchConfig is the watch hub's configuration; tests decorate it.
-func newWatchConfig(st *mvcc.Store, lg *zap.Logger) watchhub.Config {
-	return watchhub.Config{Store: st, Logger: lg.Named("watch")}
+func newWatchConfig(st *mvcc.Store, mt *Metrics, lg *zap.Logger) watchhub.Config {
+	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}}
 }
 
 func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, lm *leasemgr.Manager, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) *api.Server {
@@ -200,7 +201,7 @@ type Actors struct {
 }
 
 func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, be backend.Backend,
-	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
+	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, hub *watchhub.Hub, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
@@ -209,11 +210,13 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 		lg.Error("member stopping after an actor failed", zap.Error(err))
 		_ = sd.Shutdown(fx.ExitCode(1))
 	})
+	wal := raftnode.NewWALWriter(l, n, tr)
+	wal.OnSync = mt.ObserveWALSync
 	a := &Actors{
 		Group: g,
 		Node:  n,
 		Hub:   hub,
-		WAL:   raftnode.NewWALWriter(l, n, tr),
+		WAL:   wal,
 		Applier: apply.New(apply.Config{
 			Store:         st,
 			Raft:          n,
@@ -260,7 +263,7 @@ func startActors(lc fx.Lifecycle, a *Actors) {
 	}})
 }
 
-func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logger) error {
+func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics, lg *zap.Logger) error {
 	urls, err := c.ClientURLs()
 	if err != nil {
 		return fmt.Errorf("listen-client-urls: %w", err)
@@ -277,7 +280,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, lg *zap.Logg
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	hsrv := &http.Server{Handler: httpHandler(s, c.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{Handler: httpHandler(s, mt, c.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
 	var splits []*splitListener
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
