@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 // DefaultSegmentSize is the segment size used when Options.SegmentSize is 0.
@@ -303,7 +305,7 @@ func (l *Log) writeLocked(fill func(buf []byte) ([]byte, error)) error {
 		return l.err
 	}
 	if created {
-		if err := syncDir(l.dir); err != nil {
+		if err := fsutil.SyncDir(l.dir); err != nil {
 			l.err = err
 			return err
 		}
@@ -425,7 +427,7 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 		return fmt.Errorf("raftlog: create snapshot %s: %w", name, err)
 	}
 	if len(removed) > 0 && !l.noSync {
-		if err := syncDir(l.snapDir); err != nil {
+		if err := fsutil.SyncDir(l.snapDir); err != nil {
 			return fmt.Errorf("raftlog: create snapshot %s: %w", name, err)
 		}
 	}
@@ -458,7 +460,7 @@ func (l *Log) removeSegments(segs []segment) error {
 			return fmt.Errorf("remove wal segment %s: %w", path, err)
 		}
 		if !l.noSync {
-			if err := syncDir(l.dir); err != nil {
+			if err := fsutil.SyncDir(l.dir); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 // replay is the log as rebuilt from WAL records, before a snapshot is
@@ -237,7 +239,7 @@ func (l *Log) replaySegment(seg *segment, r *replay, last bool) (keep bool, err 
 		if err := os.Remove(path); err != nil {
 			return false, fmt.Errorf("remove torn wal segment %s: %w", path, err)
 		}
-		if err := syncDir(l.dir); err != nil {
+		if err := fsutil.SyncDir(l.dir); err != nil {
 			return false, err
 		}
 		return false, nil

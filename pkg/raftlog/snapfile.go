@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 const (
@@ -117,7 +119,7 @@ func writeSnapFile(dir string, snap *raftpb.Snapshot, noSync bool) (string, erro
 		return "", fmt.Errorf("rename snapshot file %s: %w", tmp, err)
 	}
 	if !noSync {
-		if err := syncDir(dir); err != nil {
+		if err := fsutil.SyncDir(dir); err != nil {
 			return "", err
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 func mdUint(md metadata.MD, key string) (uint64, error) {
@@ -197,23 +199,11 @@ func (t *Transport) receiveSnapshotFile(ss grpc.ServerStream, from uint64, size 
 	if err := os.Rename(f.Name(), path); err != nil {
 		return nil, "", fmt.Errorf("rename snapshot file to %s: %w", path, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		os.Remove(path)
 		return nil, "", err
 	}
 	return m, path, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open snapshot dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync snapshot dir %s: %w", dir, err)
-	}
-	return nil
 }
 
 // incomingPattern names snapshot files still being received; a crash leaves

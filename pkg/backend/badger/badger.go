@@ -36,6 +36,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 const (
@@ -458,15 +459,7 @@ func writeCurrent(dir, name string) error {
 	if err := os.Rename(tmp, filepath.Join(dir, currentFile)); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return nil
+	return fsutil.SyncDir(dir)
 }
 
 // bucketPrefix returns the key prefix of bucket b, with spare capacity for

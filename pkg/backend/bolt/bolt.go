@@ -35,6 +35,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 const (
@@ -320,7 +321,7 @@ func (be *Backend) Defrag() error {
 		_ = os.Remove(tmpPath)
 		return fmt.Errorf("defrag: rename %s: %w", tmpPath, err)
 	}
-	if err := syncDir(filepath.Dir(be.path)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(be.path)); err != nil {
 		return fmt.Errorf("defrag: %w", err)
 	}
 	// From here Dir/db is the new file. If it cannot be opened, keep serving
@@ -393,7 +394,7 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 		_ = os.Remove(tmpPath)
 		return fmt.Errorf("restore: rename %s: %w", tmpPath, err)
 	}
-	if err := syncDir(opts.Dir); err != nil {
+	if err := fsutil.SyncDir(opts.Dir); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	return nil
@@ -488,19 +489,6 @@ func writeFileSync(path string, r io.Reader) error {
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)
-	}
-	return nil
-}
-
-// syncDir makes a rename inside dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
 }
