@@ -141,7 +141,9 @@ var errStoreClosed = errors.New("mvcc: store closed")
 // it is frozen (commit false) or the commit's result (commit true).
 type flushReq struct {
 	commit bool
-	done   chan error
+	// reset, when set, runs on the flusher instead of a flush (see Reset).
+	reset func() error
+	done  chan error
 }
 
 // flusher commits buffers to the backend, one at a time, on its goroutine.
@@ -175,11 +177,21 @@ func (f *flusher) run() {
 		case <-tick.C:
 			f.flush(nil)
 		case r := <-f.reqc:
+			if r.reset != nil {
+				r.done <- r.reset()
+				continue
+			}
 			reqs := []flushReq{r}
 		drain:
 			for {
 				select {
 				case r := <-f.reqc:
+					if r.reset != nil {
+						f.flush(reqs)
+						reqs = nil
+						r.done <- r.reset()
+						continue
+					}
 					reqs = append(reqs, r)
 				default:
 					break drain

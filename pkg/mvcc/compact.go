@@ -54,6 +54,8 @@ type compactor struct {
 
 	mu    sync.Mutex
 	queue []*compactJob
+	// runMu is held while a job runs; Reset takes it to pause the compactor.
+	runMu sync.Mutex
 
 	wake  chan struct{}
 	stopc chan struct{}
@@ -121,7 +123,10 @@ func (c *compactor) run() {
 			close(job.done)
 			continue
 		}
-		if err := c.compact(job.rev); err != nil {
+		c.runMu.Lock()
+		err := c.compact(job.rev)
+		c.runMu.Unlock()
+		if err != nil {
 			if err != errCompactorStopped {
 				// The backend failed; the next Open resumes the compaction.
 				c.s.lg.Error("compaction failed", zap.Int64("revision", job.rev), zap.Error(err))

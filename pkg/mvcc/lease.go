@@ -54,6 +54,8 @@ func (s *Store) Leases(fn func(id int64, value []byte) error) error {
 	if err := s.Flush(); err != nil {
 		return fmt.Errorf("read leases: %w", err)
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	tx, err := s.be.ReadTx()
 	if err != nil {
 		return fmt.Errorf("read leases: read tx: %w", err)
