@@ -37,6 +37,30 @@ type Options struct {
 	DataDir string
 	// Args are extra flags appended to the command line.
 	Args []string
+	// Member, when set, places the process in a multi-member cluster: its
+	// URLs and initial cluster come from here instead of a fresh
+	// single-member cluster on free ports, and the start returns once the
+	// process is launched, without waiting for readiness (a member of a new
+	// cluster cannot become ready alone); see Process.WaitReady.
+	Member *MemberConfig
+}
+
+// MemberConfig fixes the addresses and the initial membership of one member
+// of a multi-member cluster.
+type MemberConfig struct {
+	// ClientURL is listened on and advertised.
+	ClientURL string
+	// PeerListenURL is where the member listens for peers.
+	PeerListenURL string
+	// PeerURL is the peer URL the member advertises; PeerListenURL when
+	// empty. It differs when a proxy stands in front of the listener.
+	PeerURL string
+	// InitialCluster is the --initial-cluster value (name=peerURL,...).
+	InitialCluster string
+	// State is "new" or "existing".
+	State string
+	// Token is the --initial-cluster-token.
+	Token string
 }
 
 // Process is one running (or stopped) member. Its methods must be called
@@ -45,6 +69,7 @@ type Options struct {
 type Process struct {
 	t       testing.TB
 	label   string // "kvd", "etcd" or "kvd(etcd)"
+	name    string
 	bin     string
 	args    []string
 	dataDir string
@@ -90,8 +115,12 @@ func start(t testing.TB, label, bin string, isEtcd bool, opts Options) *Process 
 	if dataDir == "" {
 		dataDir = filepath.Join(t.TempDir(), "data")
 	}
-	p := &Process{t: t, label: label, bin: bin, dataDir: dataDir, logDir: t.TempDir(), isEtcd: isEtcd}
+	p := &Process{t: t, label: label, name: name, bin: bin, dataDir: dataDir, logDir: t.TempDir(), isEtcd: isEtcd}
 	t.Cleanup(p.cleanup)
+	if opts.Member != nil {
+		p.startMember(isEtcd, opts)
+		return p
+	}
 
 	// A port picked free can be taken by someone else before the process
 	// binds it; a fresh pair is tried when that is why the start failed.
@@ -133,10 +162,79 @@ func start(t testing.TB, label, bin string, isEtcd bool, opts Options) *Process 
 	return nil
 }
 
+func (p *Process) startMember(isEtcd bool, opts Options) {
+	p.t.Helper()
+	m := opts.Member
+	p.client = m.ClientURL
+	p.peer = m.PeerURL
+	if p.peer == "" {
+		p.peer = m.PeerListenURL
+	}
+	p.args = []string{
+		"--name", p.name,
+		"--data-dir", p.dataDir,
+		"--listen-client-urls", p.client,
+		"--advertise-client-urls", p.client,
+		"--listen-peer-urls", m.PeerListenURL,
+		"--initial-advertise-peer-urls", p.peer,
+		"--initial-cluster", m.InitialCluster,
+		"--initial-cluster-state", m.State,
+		"--initial-cluster-token", m.Token,
+	}
+	if isEtcd {
+		p.args = append(p.args, "--log-level", "warn")
+	} else {
+		p.args = append(p.args, "--backend", opts.Engine)
+	}
+	p.args = append(p.args, opts.Args...)
+	if err := p.launch(); err != nil {
+		p.t.Fatalf("start %s %s: %v", p.label, p.name, err)
+	}
+}
+
+// Name is the member name (--name).
+func (p *Process) Name() string { return p.name }
+
+// PID is the process id of the current run, or 0 when it is not running.
+// Safe from any goroutine.
+func (p *Process) PID() int {
+	if exited, _ := p.Exited(); exited {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Start launches the member again on the same data directory and ports
+// without waiting for readiness; it is an error to call it while the
+// member runs. Use it to restart members that cannot become ready alone
+// (all of a cluster's members stopped, or a learner).
+func (p *Process) Start() {
+	p.t.Helper()
+	if exited, _ := p.Exited(); !exited {
+		p.t.Fatalf("start %s %s: already running", p.label, p.name)
+	}
+	if err := p.launch(); err != nil {
+		p.t.Fatalf("start %s %s: %v", p.label, p.name, err)
+	}
+}
+
+// WaitReady waits up to timeout until the member reports a leader and
+// serves a linearizable read, and fails the test otherwise or as soon as the
+// process exits.
+func (p *Process) WaitReady(timeout time.Duration) {
+	p.t.Helper()
+	if err := p.waitReady(timeout); err != nil {
+		p.t.Fatalf("%s %s: %v", p.label, p.name, err)
+	}
+}
+
 // Endpoint is the client URL, e.g. "http://127.0.0.1:23790".
 func (p *Process) Endpoint() string { return p.client }
 
-// PeerURL is the peer URL the member listens on and advertises.
+// PeerURL is the peer URL the member advertises; it is also where it
+// listens unless MemberConfig put a proxy in front.
 func (p *Process) PeerURL() string { return p.peer }
 
 // DataDir is the member's data directory.
