@@ -1,0 +1,53 @@
+package membership
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Records of the member list in the backend: "m/<id hex>" holds a member's
+// JSON, "r/<id hex>" marks a removed ID (its value is empty).
+const (
+	memberPrefix  = "m/"
+	removedPrefix = "r/"
+)
+
+// MemberKey is the record key of member id.
+func MemberKey(id uint64) string { return memberPrefix + fmt.Sprintf("%016x", id) }
+
+// RemovedKey is the record key marking id removed.
+func RemovedKey(id uint64) string { return removedPrefix + fmt.Sprintf("%016x", id) }
+
+// Loader collects records read from a backend; Done restores them.
+type Loader struct {
+	members []Member
+	removed []uint64
+}
+
+// Add takes one record.
+func (l *Loader) Add(key string, value []byte) error {
+	switch {
+	case strings.HasPrefix(key, memberPrefix):
+		m, err := Unmarshal(value)
+		if err != nil {
+			return fmt.Errorf("member record %s: %w", key, err)
+		}
+		l.members = append(l.members, m)
+	case strings.HasPrefix(key, removedPrefix):
+		id, err := strconv.ParseUint(key[len(removedPrefix):], 16, 64)
+		if err != nil {
+			return fmt.Errorf("removed-member record %s: %w", key, err)
+		}
+		l.removed = append(l.removed, id)
+	default:
+		return fmt.Errorf("unknown member record %q", key)
+	}
+	return nil
+}
+
+// Empty reports whether no record was read.
+func (l *Loader) Empty() bool { return len(l.members) == 0 && len(l.removed) == 0 }
+
+// RestoreInto replaces c's list with the records read.
+func (l *Loader) RestoreInto(c *Cluster) { c.Restore(l.members, l.removed) }
