@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
+	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// Leases, if set, is changed by LeaseGrant and LeaseRevoke and follows
 	// which keys each lease holds; nil: no leases exist.
 	Leases *leasemgr.Manager
+	// Members, if set, is the member list conf changes and attribute
+	// updates change; nil: conf changes only reach raft.
+	Members *membership.Cluster
 	// Events, if set, receives every event of a batch, in revision order,
 	// once the batch is visible to readers (the watch hub's feed). The slice
 	// is the callee's.
@@ -72,6 +76,13 @@ type Applier struct {
 	// fatal is set when a request failed after it had written: the batch
 	// cannot be committed.
 	fatal error
+	installc chan installReq
+}
+
+type installReq struct {
+	snap *raftpb.Snapshot
+	fn   func() error
+	done chan error
 }
 
 type pending struct {
@@ -89,7 +100,40 @@ func New(cfg Config) *Applier {
 	if cs == nil {
 		cs = &raftpb.ConfState{}
 	}
-	return &Applier{cfg: cfg, lg: lg, lastSnap: cfg.SnapshotIndex, confState: cs}
+	return &Applier{cfg: cfg, lg: lg, lastSnap: cfg.SnapshotIndex, confState: cs, installc: make(chan installReq)}
+}
+
+// Install runs install on the applier once everything handed to it before
+// is applied, and then takes snap as the state applied: the way a raft
+// snapshot from the leader replaces the state machine (install swaps the
+// backend). It waits for the result; ctx bounds only the wait to start.
+func (a *Applier) Install(ctx context.Context, snap *raftpb.Snapshot, install func() error) error {
+	r := installReq{snap: snap, fn: install, done: make(chan error, 1)}
+	select {
+	case a.installc <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-r.done
+}
+
+func (a *Applier) install(r installReq) error {
+	if msgs := a.cfg.Inbox.Take(); len(msgs) > 0 {
+		if err := a.applyMessages(msgs); err != nil {
+			return err
+		}
+	}
+	if err := r.fn(); err != nil {
+		return err
+	}
+	md := r.snap.GetMetadata()
+	a.confState = md.GetConfState()
+	a.lastSnap = md.GetIndex()
+	if md.GetIndex() > a.cfg.Applied.Index() {
+		a.cfg.Applied.publish(md.GetIndex())
+	}
+	a.lg.Info("installed raft snapshot", zap.Uint64("index", md.GetIndex()), zap.Uint64("term", md.GetTerm()))
+	return nil
 }
 
 // Run is the applier loop.
@@ -98,6 +142,13 @@ func (a *Applier) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case r := <-a.installc:
+			err := a.install(r)
+			r.done <- err
+			if err != nil {
+				return fmt.Errorf("install raft snapshot at %d: %w", r.snap.GetMetadata().GetIndex(), err)
+			}
+			continue
 		case <-a.cfg.Inbox.Ready():
 		}
 		msgs := a.cfg.Inbox.Take()
@@ -143,8 +194,8 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 			case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 				// Raft's configuration is rebuilt from the log on restart, so
 				// conf changes are applied to raft even when already in the
-				// backend.
-				if err := a.applyConfChange(e); err != nil {
+				// backend; the member list only when not.
+				if err := a.applyConfChange(b, e, e.GetIndex() > ci); err != nil {
 					return err
 				}
 				continue
@@ -186,12 +237,21 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 	return nil
 }
 
-func (a *Applier) applyConfChange(e *raftpb.Entry) error {
+func (a *Applier) applyConfChange(b *mvcc.Batch, e *raftpb.Entry, fresh bool) error {
 	var cc raftpb.ConfChangeI
 	if e.GetType() == raftpb.EntryConfChange {
 		c := &raftpb.ConfChange{}
 		if err := proto.Unmarshal(e.GetData(), c); err != nil {
 			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
+		}
+		if fresh && a.cfg.Members != nil {
+			err := a.applyMemberChange(b, c)
+			if err != nil {
+				a.lg.Warn("conf change refused", zap.Uint64("index", e.GetIndex()), zap.Error(err))
+			}
+			if c.GetId() != 0 {
+				a.results = append(a.results, pending{id: c.GetId(), res: Result{Err: err}})
+			}
 		}
 		cc = c
 	} else {
@@ -263,6 +323,8 @@ func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Resul
 		return a.applyLeaseRevoke(b, req.LeaseRevoke)
 	case req.LeaseCheckpoint != nil && a.cfg.Leases != nil:
 		return a.applyLeaseCheckpoint(b, req.LeaseCheckpoint)
+	case req.ClusterMemberAttrSet != nil:
+		return a.applyAttrSet(b, req.ClusterMemberAttrSet)
 	case req.Compaction != nil:
 		done, err := b.Compact(req.Compaction.Revision)
 		if err != nil {

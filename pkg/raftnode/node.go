@@ -76,6 +76,10 @@ type Node struct {
 	readc chan readWaiter
 	confc chan confRequest
 	stepc *actors.Inbox[*raftpb.Message]
+	// ctlc runs closures on the driver goroutine: everything else that
+	// touches the RawNode (reports from the transport, conf change
+	// proposals, leadership transfer, status).
+	ctlc *actors.Inbox[func()]
 
 	// Appends and Applies are the WAL writer's and applier's mailboxes.
 	Appends *actors.Inbox[Append]
@@ -139,6 +143,7 @@ func New(cfg Config) (*Node, error) {
 		readc:   make(chan readWaiter, 1024),
 		confc:   make(chan confRequest),
 		stepc:   actors.NewInbox[*raftpb.Message](),
+		ctlc:    actors.NewInbox[func()](),
 		Appends: actors.NewInbox[Append](),
 		Applies: actors.NewInbox[*raftpb.Message](),
 		readers: make(map[uint64][]readWaiter),
@@ -260,6 +265,10 @@ func (n *Node) Run(ctx context.Context) error {
 				if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepLocalMsg) {
 					n.lg.Debug("raft step", zap.Error(err), zap.Stringer("type", m.GetType()))
 				}
+			}
+		case <-n.ctlc.Ready():
+			for _, f := range n.ctlc.Take() {
+				f()
 			}
 		case w := <-n.readc:
 			n.waitingReads = append(n.waitingReads, w)

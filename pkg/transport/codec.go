@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -48,8 +49,9 @@ var (
 	raftStreamDesc = grpc.StreamDesc{StreamName: "Raft", ServerStreams: true, ClientStreams: true}
 	snapStreamDesc = grpc.StreamDesc{StreamName: "Snapshot", ClientStreams: true}
 
-	raftMethod = "/" + serviceName + "/Raft"
-	snapMethod = "/" + serviceName + "/Snapshot"
+	raftMethod    = "/" + serviceName + "/Raft"
+	snapMethod    = "/" + serviceName + "/Snapshot"
+	membersMethod = "/" + serviceName + "/Members"
 )
 
 // peerService is the handler type of serviceDesc; grpc checks the registered
@@ -57,6 +59,7 @@ var (
 type peerService interface {
 	handleRaft(grpc.ServerStream) error
 	handleSnapshot(grpc.ServerStream) error
+	handleMembers() ([]byte, error)
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -72,6 +75,20 @@ var serviceDesc = grpc.ServiceDesc{
 			Handler: func(srv any, ss grpc.ServerStream) error { return srv.(peerService).handleSnapshot(ss) },
 		},
 	},
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Members",
+		Handler: func(srv any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req []byte
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			b, err := srv.(peerService).handleMembers()
+			if err != nil {
+				return nil, err
+			}
+			return &b, nil
+		},
+	}},
 	Metadata: "kvd/pkg/transport",
 }
 

@@ -74,6 +74,9 @@ type Config struct {
 	// receiver accepted the snapshot (raft.SnapshotFinish), false otherwise
 	// (raft.SnapshotFailure). Optional.
 	SnapshotStatus func(id uint64, ok bool)
+	// Members, if set, answers joining members' requests for the member
+	// list (FetchMembers). Optional.
+	Members func() ([]byte, error)
 	// SnapshotDir receives incoming snapshots. Empty refuses them. New
 	// removes partial files a crash left there.
 	SnapshotDir string
