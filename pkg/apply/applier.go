@@ -75,7 +75,7 @@ type Applier struct {
 	events    []*mvccpb.Event
 	// fatal is set when a request failed after it had written: the batch
 	// cannot be committed.
-	fatal error
+	fatal    error
 	installc chan installReq
 }
 
