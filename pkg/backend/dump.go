@@ -1,0 +1,213 @@
+package backend
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+)
+
+// A dump is an engine-neutral copy of a backend: what one member sends
+// another as a raft snapshot, so members on different engines can catch each
+// other up. Layout: the magic, then records (uvarint length + bytes, three
+// times: bucket, key, value) in bucket order with Meta last, then a record
+// with an empty bucket name followed by the sha256 of everything before it.
+var dumpMagic = []byte("KVDDUMP1")
+
+// dumpOrder puts Meta (the consistent index) last, so a Load cut short never
+// leaves a consistent index without the data it covers.
+func dumpOrder() []Bucket {
+	var out []Bucket
+	for _, b := range AllBuckets {
+		if b != Meta {
+			out = append(out, b)
+		}
+	}
+	return append(out, Meta)
+}
+
+// Dump writes a consistent copy of be (one read view) to w and returns the
+// bytes written.
+func Dump(be Backend, w io.Writer) (int64, error) {
+	tx, err := be.ReadTx()
+	if err != nil {
+		return 0, fmt.Errorf("dump: read tx: %w", err)
+	}
+	defer tx.Release()
+	cw := &countWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
+	cw.write(dumpMagic)
+	for _, b := range dumpOrder() {
+		err := tx.Range(b, nil, nil, 0, func(k, v []byte) bool {
+			cw.record([]byte(b))
+			cw.record(k)
+			cw.record(v)
+			return cw.err == nil
+		})
+		if err != nil {
+			return cw.n, fmt.Errorf("dump: range %s: %w", b, err)
+		}
+		if cw.err != nil {
+			return cw.n, fmt.Errorf("dump: write: %w", cw.err)
+		}
+	}
+	cw.record(nil)
+	sum := cw.h.Sum(nil)
+	cw.write(sum)
+	if cw.err == nil {
+		cw.err = cw.w.(*bufio.Writer).Flush()
+	}
+	if cw.err != nil {
+		return cw.n, fmt.Errorf("dump: write: %w", cw.err)
+	}
+	return cw.n, nil
+}
+
+type countWriter struct {
+	w   io.Writer
+	h   hash.Hash
+	n   int64
+	err error
+	buf [binary.MaxVarintLen64]byte
+}
+
+func (c *countWriter) write(p []byte) {
+	if c.err != nil {
+		return
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.h.Write(p[:n])
+	c.err = err
+}
+
+func (c *countWriter) record(p []byte) {
+	n := binary.PutUvarint(c.buf[:], uint64(len(p)))
+	c.write(c.buf[:n])
+	c.write(p)
+}
+
+// ErrBadDump is wrapped by Load's errors about the stream itself.
+var ErrBadDump = errors.New("backend: bad dump")
+
+// Load writes the records of a dump into be, which should be empty, in
+// updates of about batchBytes. Meta goes in the last update, committed only
+// after the stream's checksum is verified: a damaged or cut stream leaves at
+// most data without a consistent index.
+func Load(be Backend, r io.Reader, batchBytes int) error {
+	hr := &hashReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
+	magic := make([]byte, len(dumpMagic))
+	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, dumpMagic) {
+		return fmt.Errorf("load dump: %w: no dump header", ErrBadDump)
+	}
+	type kv struct {
+		b    Bucket
+		k, v []byte
+	}
+	var (
+		batch []kv
+		size  int
+	)
+	commit := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := be.Update(func(tx WriteTx) error {
+			for _, e := range batch {
+				if err := tx.Put(e.b, e.k, e.v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		batch, size = batch[:0], 0
+		if err != nil {
+			return fmt.Errorf("load dump: %w", err)
+		}
+		return nil
+	}
+	for {
+		b, err := hr.record()
+		if err != nil {
+			return err
+		}
+		if len(b) == 0 {
+			break
+		}
+		k, err := hr.record()
+		if err != nil {
+			return err
+		}
+		v, err := hr.record()
+		if err != nil {
+			return err
+		}
+		bucket := Bucket(b)
+		if err := bucket.Validate(); err != nil {
+			return fmt.Errorf("load dump: %w: %v", ErrBadDump, err)
+		}
+		if bucket == Meta && len(batch) > 0 && batch[len(batch)-1].b != Meta {
+			if err := commit(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, kv{bucket, k, v})
+		size += len(b) + len(k) + len(v) + 16
+		if size >= batchBytes && bucket != Meta {
+			if err := commit(); err != nil {
+				return err
+			}
+		}
+	}
+	want := hr.h.Sum(nil)
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(hr.r, got); err != nil {
+		return fmt.Errorf("load dump: %w: checksum missing: %v", ErrBadDump, err)
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("load dump: %w: checksum mismatch", ErrBadDump)
+	}
+	return commit()
+}
+
+// hashReader hashes exactly the bytes consumed.
+type hashReader struct {
+	r *bufio.Reader
+	h hash.Hash
+}
+
+func (h *hashReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	return n, err
+}
+
+func (h *hashReader) ReadByte() (byte, error) {
+	c, err := h.r.ReadByte()
+	if err == nil {
+		h.h.Write([]byte{c})
+	}
+	return c, err
+}
+
+// maxDumpRecord bounds one record, so a damaged length cannot make Load
+// allocate without limit.
+const maxDumpRecord = 1 << 30
+
+func (h *hashReader) record() ([]byte, error) {
+	n, err := binary.ReadUvarint(h)
+	if err != nil {
+		return nil, fmt.Errorf("load dump: %w: record length: %v", ErrBadDump, err)
+	}
+	if n > maxDumpRecord {
+		return nil, fmt.Errorf("load dump: %w: record of %d bytes", ErrBadDump, n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(h, b); err != nil {
+		return nil, fmt.Errorf("load dump: %w: record: %v", ErrBadDump, err)
+	}
+	return b, nil
+}
