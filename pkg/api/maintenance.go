@@ -6,7 +6,6 @@ import (
 	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,11 +22,13 @@ const storageVersion = "3.7.0"
 
 func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
+	be := s.Store.Backend()
 	return &pb.StatusResponse{
 		Header:           s.header(s.Store.Rev()),
 		Version:          s.cfg.Version,
-		DbSize:           s.Backend.Size(),
-		DbSizeInUse:      s.Backend.SizeInUse(),
+		DbSize:           be.Size(),
+		DbSizeInUse:      be.SizeInUse(),
+		IsLearner:        s.Cluster.IsLearner(s.Raft.ID()),
 		Leader:           s.Raft.Leader(),
 		RaftIndex:        s.Raft.CommitIndex(),
 		RaftTerm:         s.Raft.Term(),
@@ -45,7 +46,7 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 }
 
 func (m *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	if err := m.s.Backend.Defrag(); err != nil {
+	if err := m.s.Store.Backend().Defrag(); err != nil {
 		return nil, status.Errorf(codes.Internal, "etcdserver: defragment: %v", err)
 	}
 	return &pb.DefragmentResponse{Header: m.s.header(m.s.Store.Rev())}, nil
@@ -69,15 +70,16 @@ func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerSt
 	if err := s.Store.Flush(); err != nil {
 		return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
 	}
+	be := s.Store.Backend()
 	pr, pw := io.Pipe()
 	go func() {
-		_, err := s.Backend.Snapshot(pw)
+		_, err := be.Snapshot(pw)
 		pw.CloseWithError(err)
 	}()
 	defer pr.Close()
 	// The size is an estimate (the engine's size before the copy started);
 	// clients only use remaining_bytes for progress.
-	total := uint64(max(s.Backend.Size(), 0))
+	total := uint64(max(be.Size(), 0))
 	var sent uint64
 	h := sha256.New()
 	buf := make([]byte, 32*1024)
@@ -102,35 +104,4 @@ func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerSt
 			return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
 		}
 	}
-}
-
-func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	s := m.s
-	if s.Raft.Leader() != s.Raft.ID() {
-		return nil, rpctypes.ErrGRPCNotLeader
-	}
-	if r.TargetID == s.Raft.ID() {
-		return &pb.MoveLeaderResponse{Header: s.header(s.Store.Rev())}, nil
-	}
-	return nil, rpctypes.ErrGRPCBadLeaderTransferee
-}
-
-type clusterServer struct {
-	pb.UnimplementedClusterServer
-	s *Server
-}
-
-func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	s := c.s
-	if r.Linearizable {
-		if err := s.linearize(ctx); err != nil {
-			return nil, err
-		}
-	}
-	var ms []*pb.Member
-	for _, m := range s.Cluster.Members() {
-		ms = append(ms, &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
-	}
-	// etcd answers member calls with no revision in the header.
-	return &pb.MemberListResponse{Header: s.header(0), Members: ms}, nil
 }

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
@@ -19,8 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
-	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
+	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
@@ -33,21 +34,9 @@ type Raft interface {
 	Term() uint64
 	Leader() uint64
 	CommitIndex() uint64
-}
-
-// Member is one cluster member as the Cluster API shows it.
-type Member struct {
-	ID         uint64
-	Name       string
-	PeerURLs   []string
-	ClientURLs []string
-	IsLearner  bool
-}
-
-// Cluster describes the cluster this member belongs to.
-type Cluster interface {
-	ID() uint64
-	Members() []Member
+	ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error
+	Status(ctx context.Context) (raft.Status, error)
+	TransferLeadership(ctx context.Context, to uint64) error
 }
 
 // Config are the API's limits.
@@ -65,10 +54,12 @@ type Config struct {
 type Deps struct {
 	Raft     Raft
 	Store    *mvcc.Store
-	Backend  backend.Backend
 	Registry *apply.Registry
 	Applied  *apply.Applied
-	Cluster  Cluster
+	Cluster  *membership.Cluster
+	// PeerActive reports whether the stream to a peer is up (the strict
+	// reconfiguration check); nil skips the check.
+	PeerActive func(id uint64) bool
 	Tracer   trace.Tracer
 	Logger   *zap.Logger
 	// Leases, if set, serves the Lease service.
@@ -85,7 +76,11 @@ type Server struct {
 	// tracing is false when no tracer is configured: then spans are not
 	// even started (a noop span still costs a context per call).
 	tracing bool
+	leader  leaderConns
 }
+
+// Close releases the connection to the leader, if one was opened.
+func (s *Server) Close() { s.leader.close() }
 
 var noSpan = trace.SpanFromContext(context.Background())
 

@@ -46,6 +46,21 @@ func (m *Manager) Recover(st *mvcc.Store) error {
 	}
 }
 
+// Reload replaces every lease with those kept in st: after a raft snapshot
+// replaced the store. Keep-alive waiters of leases that are gone see them
+// revoked.
+func (m *Manager) Reload(st *mvcc.Store) error {
+	m.mu.Lock()
+	for _, l := range m.leases {
+		close(l.revokec)
+	}
+	m.leases = map[int64]*lease{}
+	m.items = map[string]int64{}
+	m.heap = nil
+	m.mu.Unlock()
+	return m.Recover(st)
+}
+
 // recoverPage is how many keys Recover reads at a time (a variable for
 // tests).
 var recoverPage = 10000

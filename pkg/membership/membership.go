@@ -340,10 +340,24 @@ func (c *Cluster) SetAttributes(id uint64, name string, clientURLs []string) (Me
 }
 
 // Restore replaces the list with members and removed IDs read from a
-// backend (at start, or after installing a snapshot).
+// backend (at start, or after installing a snapshot). Followers of changes
+// are told of every member and every removed ID.
 func (c *Cluster) Restore(members []Member, removed []uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.restoreLocked(members, removed)
+	watch := c.watch
+	c.mu.Unlock()
+	for _, fn := range watch {
+		for _, m := range members {
+			fn(Change{Member: m.Clone()})
+		}
+		for _, id := range removed {
+			fn(Change{Member: Member{ID: id}, Removed: true})
+		}
+	}
+}
+
+func (c *Cluster) restoreLocked(members []Member, removed []uint64) {
 	c.members = make(map[uint64]*Member, len(members))
 	for _, m := range members {
 		m := m.Clone()

@@ -27,7 +27,7 @@ type WALWriter struct {
 	// saved to the WAL: a crash in between leaves a backend ahead of the log,
 	// which replay tolerates (applied entries are skipped), never a log
 	// ahead of the backend.
-	InstallSnapshot func(*raftpb.Snapshot) error
+	InstallSnapshot func(context.Context, *raftpb.Snapshot) error
 }
 
 // NewWALWriter returns the WAL writer for node.
@@ -48,13 +48,13 @@ func (w *WALWriter) Run(ctx context.Context) error {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := w.write(batch); err != nil {
+		if err := w.write(ctx, batch); err != nil {
 			return err
 		}
 	}
 }
 
-func (w *WALWriter) write(batch []Append) error {
+func (w *WALWriter) write(ctx context.Context, batch []Append) error {
 	start := time.Now()
 	var (
 		hs   *raftpb.HardState
@@ -69,7 +69,7 @@ func (w *WALWriter) write(batch []Append) error {
 			}
 			hs, ents = nil, nil
 			if w.InstallSnapshot != nil {
-				if err := w.InstallSnapshot(snap); err != nil {
+				if err := w.InstallSnapshot(ctx, snap); err != nil {
 					return fmt.Errorf("install snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 				}
 			}

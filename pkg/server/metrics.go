@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
-	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
@@ -26,7 +26,7 @@ type Metrics struct {
 	slowWatch prometheus.Gauge
 }
 
-func newMetrics(m *Membership, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied) *Metrics {
+func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gauge := func(ns, sub, name, help string, f func() float64) {
@@ -47,8 +47,8 @@ func newMetrics(m *Membership, n *raftnode.Node, st *mvcc.Store, be backend.Back
 	counter("etcd", "server", "proposals_committed_total", "The total number of consensus proposals committed.", func() float64 { return float64(n.CommitIndex()) })
 	counter("etcd", "server", "proposals_applied_total", "The total number of consensus proposals applied.", func() float64 { return float64(ap.Index()) })
 	gauge("etcd", "server", "proposals_pending", "The current number of pending proposals to commit.", func() float64 { return float64(reg.Len()) })
-	gauge("etcd", "mvcc", "db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", func() float64 { return float64(be.Size()) })
-	gauge("etcd", "mvcc", "db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.", func() float64 { return float64(be.SizeInUse()) })
+	gauge("etcd", "mvcc", "db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", func() float64 { return float64(st.Backend().Size()) })
+	gauge("etcd", "mvcc", "db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.", func() float64 { return float64(st.Backend().SizeInUse()) })
 	gauge("etcd_debugging", "mvcc", "current_revision", "The current revision of store.", func() float64 { return float64(st.Rev()) })
 	gauge("etcd_debugging", "mvcc", "compact_revision", "The revision of the last compaction in store.", func() float64 { return float64(st.CompactRev()) })
 	info := func(name, help, label, value string) {
@@ -57,7 +57,7 @@ func newMetrics(m *Membership, n *raftnode.Node, st *mvcc.Store, be backend.Back
 		r.MustRegister(g)
 	}
 	info("version", "Which version is running. 1 for 'server_version' label with current version.", "server_version", Version)
-	info("id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", "server_id", memberHex(m.Self()))
+	info("id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", "server_id", memberHex(cl.Self()))
 
 	mt := &Metrics{
 		Registry: r,

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -31,10 +30,12 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
+	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/tracing"
+	"github.com/kvd-dev/kvd/pkg/transport"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
 
@@ -55,8 +56,10 @@ func Module() fx.Option {
 			newBackend,
 			newStore,
 			newRaftLog,
-			NewMembership,
+			newMembers,
+			newPeerLink,
 			newRaftNode,
+			newTransport,
 			apply.NewRegistry,
 			newApplied,
 			newLeases,
@@ -66,7 +69,7 @@ func Module() fx.Option {
 			newAPI,
 			newActors,
 		),
-		fx.Invoke(startActors, serveClients),
+		fx.Invoke(startActors, serveClients, func(*transport.Transport) {}),
 	)
 }
 
@@ -84,7 +87,18 @@ func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer,
 	return tp.Tracer("kvd"), nil
 }
 
-func newBackend(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (backend.Backend, error) {
+func newBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
+	// A crash while a leader's snapshot was loading leaves the old backend
+	// aside; it is the one the WAL matches.
+	if err := restoreAside(c.BackendDir()); err != nil {
+		return nil, err
+	}
+	return openBackend(c, lg)
+}
+
+// openBackend opens the configured engine in its directory. The store
+// closes it (newStore): after a snapshot install it is another instance.
+func openBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
 	opts := backend.Options{Dir: c.BackendDir(), Sync: !c.UnsafeNoFsync}
 	var (
 		be  backend.Backend
@@ -116,7 +130,6 @@ func newBackend(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (backend.Back
 	if err != nil {
 		return nil, fmt.Errorf("open %s backend in %s: %w", c.Backend.Engine, opts.Dir, err)
 	}
-	lc.Append(fx.Hook{OnStop: func(context.Context) error { return be.Close() }})
 	return be, nil
 }
 
@@ -128,9 +141,11 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Log
 		CompactBatchLimit: c.CompactionBatchLimit,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open mvcc store: %w", err)
+		return nil, errors.Join(fmt.Errorf("open mvcc store: %w", err), be.Close())
 	}
-	lc.Append(fx.Hook{OnStop: func(context.Context) error { return s.Close() }})
+	lc.Append(fx.Hook{OnStop: func(context.Context) error {
+		return errors.Join(s.Close(), s.Backend().Close())
+	}})
 	return s, nil
 }
 
@@ -143,26 +158,18 @@ func newRaftLog(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (*raftlog.Log
 	return l, nil
 }
 
-func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, m *Membership, tr trace.Tracer, lg *zap.Logger) (*raftnode.Node, error) {
-	var peers []raft.Peer
-	if l.IsNew() {
-		if st.ConsistentIndex() > 0 {
-			return nil, fmt.Errorf("data-dir %s: the backend holds applied data (index %d) but the WAL in %s is empty; refusing to start a new member over it",
-				c.DataDir, st.ConsistentIndex(), c.WALPath())
-		}
-		if c.InitialClusterState == "new" {
-			for _, mem := range m.Members() {
-				peers = append(peers, raft.Peer{ID: mem.ID})
-			}
-		}
+func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membership.Cluster, boot *bootstrap, link *peerLink, tr trace.Tracer, lg *zap.Logger) (*raftnode.Node, error) {
+	if l.IsNew() && st.ConsistentIndex() > 0 {
+		return nil, fmt.Errorf("data-dir %s: the backend holds applied data (index %d) but the WAL in %s is empty; refusing to start a new member over it",
+			c.DataDir, st.ConsistentIndex(), c.WALPath())
 	}
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
 	}
 	return raftnode.New(raftnode.Config{
-		ID:             m.Self(),
-		Peers:          peers,
+		ID:             cl.Self(),
+		Peers:          boot.peers,
 		Applied:        snap.GetMetadata().GetIndex(),
 		TickInterval:   c.HeartbeatDuration(),
 		ElectionTicks:  c.ElectionTicks(),
@@ -170,6 +177,7 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, m *Membership
 		Log:            l,
 		Logger:         lg,
 		Tracer:         tr,
+		Send:           link.Send,
 	})
 }
 
@@ -180,14 +188,24 @@ func newWatchConfig(st *mvcc.Store, mt *Metrics, lg *zap.Logger) watchhub.Config
 	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}}
 }
 
-func newAPI(c *config.Config, n *raftnode.Node, st *mvcc.Store, be backend.Backend, reg *apply.Registry, ap *apply.Applied, m *Membership, lm *leasemgr.Manager, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) *api.Server {
-	return api.New(api.Config{
+func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) *api.Server {
+	peerActive := func(id uint64) bool {
+		for _, p := range ptr.PeerHealth() {
+			if p.ID == id {
+				return p.Active
+			}
+		}
+		return false
+	}
+	s := api.New(api.Config{
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
 		RequestTimeout:  5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond,
 		QuotaBytes:      c.QuotaBytes(),
 		Version:         Version,
-	}, api.Deps{Raft: n, Store: st, Backend: be, Registry: reg, Applied: ap, Cluster: m, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub})
+	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub})
+	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
+	return s
 }
 
 // Actors are the member's running actors.
@@ -198,9 +216,11 @@ type Actors struct {
 	Applier *apply.Applier
 	Expirer *leasemgr.Expirer
 	Hub     *watchhub.Hub
+	// Publisher records this member's name and client URLs once.
+	Publisher *publisher
 }
 
-func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, be backend.Backend,
+func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, cl *membership.Cluster, link *peerLink,
 	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, hub *watchhub.Hub, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
@@ -224,17 +244,21 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			Registry:      reg,
 			Applied:       ap,
 			Snapshots:     l,
-			SyncBackend:   func() error { return flushAndSync(st, be) },
+			SyncBackend:   func() error { return flushAndSync(st) },
 			SnapshotCount: c.SnapshotCount,
 			SnapshotIndex: snap.GetMetadata().GetIndex(),
 			ConfState:     snap.GetMetadata().GetConfState(),
 			Leases:        lm,
+			Members:       cl,
 			Events:        hub.Notify,
 			Tracer:        tr,
 			Logger:        lg.Named("apply"),
 		}),
 	}
 	a.Expirer = newExpirer(c, n, lm, s, lg)
+	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
+	wal.InstallSnapshot = inst.install
+	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg}
 	g.Hook(lc)
 	return a, nil
 }
@@ -242,11 +266,11 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 // flushAndSync commits the store's buffered writes and makes the backend
 // durable: the applier calls it before the WAL is truncated behind a raft
 // snapshot.
-func flushAndSync(st *mvcc.Store, be backend.Backend) error {
+func flushAndSync(st *mvcc.Store) error {
 	if err := st.Flush(); err != nil {
 		return err
 	}
-	if err := be.Sync(); err != nil {
+	if err := st.Backend().Sync(); err != nil {
 		return fmt.Errorf("sync backend: %w", err)
 	}
 	return nil
@@ -259,6 +283,7 @@ func startActors(lc fx.Lifecycle, a *Actors) {
 		a.Group.Go("watch-hub", a.Hub)
 		a.Group.Go("applier", a.Applier)
 		a.Group.Go("lease-expirer", a.Expirer)
+		a.Group.Go("publisher", a.Publisher)
 		return nil
 	}})
 }
@@ -269,6 +294,8 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics,
 		return fmt.Errorf("listen-client-urls: %w", err)
 	}
 	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(s.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(int(c.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),

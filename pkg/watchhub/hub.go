@@ -154,6 +154,7 @@ const (
 	msgProgressAll
 	msgProgress
 	msgClose
+	msgResync
 )
 
 type msg struct {
@@ -226,6 +227,12 @@ func (h *Hub) Notify(evs []*mvccpb.Event) {
 		h.inbox.Put(msg{kind: msgEvents, events: evs})
 	}
 }
+
+// Resync tells the hub the store was replaced under it (a raft snapshot was
+// installed): the events between what the hub saw and the new store's
+// revision never came through Notify, so every synced watcher catches up
+// from the store instead. It never blocks.
+func (h *Hub) Resync() { h.inbox.Put(msg{kind: msgResync}) }
 
 // Stream is one reader's multiplex of watchers (one gRPC Watch stream).
 type Stream struct {
@@ -356,6 +363,17 @@ func (h *Hub) handle(m msg) {
 		if w := m.s.watchers[m.id]; w != nil && w.state == stateSynced && h.seen >= w.startRev {
 			h.trySend(m.s, Response{WatchID: w.id, Revision: h.seen})
 		}
+	case msgResync:
+		for s := range h.streams {
+			for _, w := range s.watchers {
+				if w.state == stateSynced {
+					h.synced.remove(w)
+					w.state = stateUnsynced
+					h.unsynced[w] = struct{}{}
+				}
+			}
+		}
+		h.seen = max(h.seen, h.cfg.Store.Rev())
 	case msgClose:
 		for _, w := range m.s.watchers {
 			h.drop(w)

@@ -1,0 +1,355 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/membershippb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/membership"
+)
+
+// learnerReadyPercent is how close a learner's log must be to the leader's
+// before it may be promoted (etcd's readyPercentThreshold).
+const learnerReadyPercent = 0.9
+
+type clusterServer struct {
+	pb.UnimplementedClusterServer
+	s *Server
+}
+
+func toPBMembers(ms []membership.Member) []*pb.Member {
+	out := make([]*pb.Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, toPBMember(m))
+	}
+	return out
+}
+
+func toPBMember(m membership.Member) *pb.Member {
+	return &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
+}
+
+// memberHeader is the header etcd puts on member calls: no revision.
+func (s *Server) memberHeader() *pb.ResponseHeader { return s.header(0) }
+
+func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	s := c.s
+	if r.Linearizable {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return &pb.MemberListResponse{Header: s.memberHeader(), Members: toPBMembers(s.Cluster.Members())}, nil
+}
+
+func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	s := c.s
+	if err := membership.ValidatePeerURLs(r.PeerURLs); err != nil {
+		return nil, rpctypes.ErrGRPCMemberBadURLs
+	}
+	now := time.Now()
+	m := membership.Member{ID: membership.MemberID(r.PeerURLs, "", &now), PeerURLs: r.PeerURLs, IsLearner: r.IsLearner}
+	typ := raftpb.ConfChangeAddNode
+	if r.IsLearner {
+		typ = raftpb.ConfChangeAddLearnerNode
+	} else if err := s.checkQuorumAfter(1); err != nil {
+		return nil, err
+	}
+	if err := s.proposeConfChange(ctx, typ, m.ID, apply.ConfChangeContext{Member: m}); err != nil {
+		return nil, err
+	}
+	added, _ := s.Cluster.Member(m.ID)
+	return &pb.MemberAddResponse{Header: s.memberHeader(), Member: toPBMember(added), Members: toPBMembers(s.Cluster.Members())}, nil
+}
+
+func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	s := c.s
+	m, ok := s.Cluster.Member(r.ID)
+	if !ok {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	if !m.IsLearner {
+		if err := s.checkRemoveKeepsQuorum(r.ID); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.proposeConfChange(ctx, raftpb.ConfChangeRemoveNode, r.ID, apply.ConfChangeContext{Member: membership.Member{ID: r.ID}}); err != nil {
+		return nil, err
+	}
+	return &pb.MemberRemoveResponse{Header: s.memberHeader(), Members: toPBMembers(s.Cluster.Members())}, nil
+}
+
+func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	s := c.s
+	if err := membership.ValidatePeerURLs(r.PeerURLs); err != nil {
+		return nil, rpctypes.ErrGRPCMemberBadURLs
+	}
+	m, ok := s.Cluster.Member(r.ID)
+	if !ok {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	m.PeerURLs = r.PeerURLs
+	if err := s.proposeConfChange(ctx, raftpb.ConfChangeUpdateNode, r.ID, apply.ConfChangeContext{Member: m}); err != nil {
+		return nil, err
+	}
+	return &pb.MemberUpdateResponse{Header: s.memberHeader(), Members: toPBMembers(s.Cluster.Members())}, nil
+}
+
+func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	s := c.s
+	m, ok := s.Cluster.Member(r.ID)
+	if !ok {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	if !m.IsLearner {
+		return nil, rpctypes.ErrGRPCMemberNotLearner
+	}
+	// Only the leader knows how far the learner's log is.
+	if lead := s.Raft.Leader(); lead != s.Raft.ID() {
+		if lead == raft.None {
+			return nil, rpctypes.ErrGRPCNoLeader
+		}
+		return s.forwardPromote(ctx, lead, r)
+	}
+	if err := s.learnerReady(ctx, r.ID); err != nil {
+		return nil, err
+	}
+	if err := s.checkQuorumAfter(1); err != nil {
+		return nil, err
+	}
+	m.IsLearner = false
+	if err := s.proposeConfChange(ctx, raftpb.ConfChangeAddNode, r.ID, apply.ConfChangeContext{Member: m, IsPromote: true}); err != nil {
+		return nil, err
+	}
+	return &pb.MemberPromoteResponse{Header: s.memberHeader(), Members: toPBMembers(s.Cluster.Members())}, nil
+}
+
+// learnerReady refuses a promotion while the learner's log is behind the
+// leader's by more than etcd's threshold.
+func (s *Server) learnerReady(ctx context.Context, id uint64) error {
+	st, err := s.Raft.Status(ctx)
+	if err != nil {
+		return s.raftErr(ctx, err)
+	}
+	pr, ok := st.Progress[id]
+	if !ok {
+		return rpctypes.ErrGRPCMemberNotFound
+	}
+	leaderMatch := st.Progress[st.ID].Match
+	if float64(pr.Match) < float64(leaderMatch)*learnerReadyPercent {
+		return rpctypes.ErrGRPCLearnerNotReady
+	}
+	return nil
+}
+
+// checkQuorumAfter refuses a change that adds voters when the voters that
+// are up would then fall short of a quorum (etcd's strict reconfiguration
+// check: "not enough started members").
+func (s *Server) checkQuorumAfter(added int) error {
+	if s.PeerActive == nil {
+		return nil
+	}
+	voters, up := 0, 0
+	for _, m := range s.Cluster.Members() {
+		if m.IsLearner {
+			continue
+		}
+		voters++
+		if m.ID == s.Raft.ID() || s.PeerActive(m.ID) {
+			up++
+		}
+	}
+	if up < (voters+added)/2+1 {
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	}
+	return nil
+}
+
+// checkRemoveKeepsQuorum refuses removing a voter when the voters left that
+// are up would fall short of a quorum.
+func (s *Server) checkRemoveKeepsQuorum(id uint64) error {
+	if s.PeerActive == nil {
+		return nil
+	}
+	voters, up := 0, 0
+	for _, m := range s.Cluster.Members() {
+		if m.IsLearner || m.ID == id {
+			continue
+		}
+		voters++
+		if m.ID == s.Raft.ID() || s.PeerActive(m.ID) {
+			up++
+		}
+	}
+	if up < voters/2+1 {
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	}
+	return nil
+}
+
+// proposeConfChange proposes a membership change and waits until it is
+// applied; the applier's verdict (etcd's membership rules) is the answer.
+func (s *Server) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeType, node uint64, cctx apply.ConfChangeContext) error {
+	id := s.ids.next()
+	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(node), Context: cctx.Marshal(), Id: new(id)}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	ch := s.Registry.Register(ctx, id)
+	if err := s.Raft.ProposeConfChange(ctx, cc); err != nil {
+		s.Registry.Cancel(id)
+		return s.raftErr(ctx, err)
+	}
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return apply.MemberErrToGRPC(res.Err)
+		}
+		return nil
+	case <-ctx.Done():
+		s.Registry.Cancel(id)
+		return s.raftErr(ctx, ctx.Err())
+	}
+}
+
+// PublishAttributes records this member's name and client URLs in the
+// replicated member list (etcd publishes the same at start), so MemberList
+// on every member shows where to reach it.
+func (s *Server) PublishAttributes(ctx context.Context, name string, clientURLs []string) error {
+	_, err := s.propose(ctx, &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
+		Member_ID:        s.Raft.ID(),
+		MemberAttributes: &membershippb.Attributes{Name: name, ClientUrls: clientURLs},
+	}})
+	return err
+}
+
+// leaderConns caches a client connection to the leader's client URL, for
+// the calls only the leader can answer.
+type leaderConns struct {
+	mu   sync.Mutex
+	url  string
+	conn *grpc.ClientConn
+}
+
+func (l *leaderConns) get(url string) (*grpc.ClientConn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil && l.url == url {
+		return l.conn, nil
+	}
+	if l.conn != nil {
+		l.conn.Close()
+	}
+	target := url
+	if i := strings.Index(target, "://"); i >= 0 {
+		target = target[i+3:]
+	}
+	conn, err := grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	l.url, l.conn = url, conn
+	return conn, nil
+}
+
+func (l *leaderConns) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		l.conn.Close()
+		l.conn = nil
+	}
+}
+
+// leaderConn returns a connection to the leader's first client URL.
+func (s *Server) leaderConn(lead uint64) (*grpc.ClientConn, error) {
+	m, ok := s.Cluster.Member(lead)
+	if !ok || len(m.ClientURLs) == 0 {
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	return s.leader.get(m.ClientURLs[0])
+}
+
+func (s *Server) forwardPromote(ctx context.Context, lead uint64, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	conn, err := s.leaderConn(lead)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := pb.NewClusterClient(conn).MemberPromote(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+// MoveLeader hands leadership to another voting member; only the leader
+// can.
+func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	s := m.s
+	if s.Raft.Leader() != s.Raft.ID() {
+		return nil, rpctypes.ErrGRPCNotLeader
+	}
+	if r.TargetID == s.Raft.ID() {
+		return &pb.MoveLeaderResponse{Header: s.header(s.Store.Rev())}, nil
+	}
+	target, ok := s.Cluster.Member(r.TargetID)
+	if !ok || target.IsLearner {
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.Raft.TransferLeadership(ctx, r.TargetID); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, rpctypes.ErrGRPCTimeoutDueToLeaderFail
+		}
+		return nil, s.raftErr(ctx, err)
+	}
+	return &pb.MoveLeaderResponse{Header: s.header(s.Store.Rev())}, nil
+}
+
+// learnerAllowed is etcd's rule: a learner serves endpoint status and
+// serializable reads only.
+func learnerAllowed(req any) bool {
+	switch r := req.(type) {
+	case *pb.StatusRequest:
+		return true
+	case *pb.RangeRequest:
+		return r.Serializable
+	}
+	return false
+}
+
+func etcdMethod(full string) bool { return strings.HasPrefix(full, "/etcdserverpb.") }
+
+// UnaryInterceptor refuses what a learner must not serve.
+func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if etcdMethod(info.FullMethod) && s.Cluster.IsLearner(s.Raft.ID()) && !learnerAllowed(req) {
+			return nil, rpctypes.ErrGRPCNotSupportedForLearner
+		}
+		return h(ctx, req)
+	}
+}
+
+// StreamInterceptor refuses every stream on a learner, as etcd does.
+func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if etcdMethod(info.FullMethod) && s.Cluster.IsLearner(s.Raft.ID()) {
+			return rpctypes.ErrGRPCNotSupportedForLearner
+		}
+		return h(srv, ss)
+	}
+}

@@ -1,0 +1,271 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
+	"github.com/kvd-dev/kvd/pkg/membership"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/raftlog"
+	"github.com/kvd-dev/kvd/pkg/transport"
+)
+
+// bootstrap is how this member starts: from the configuration (a new
+// cluster), from its data dir (a restart) or from its peers (joining).
+type bootstrap struct {
+	// peers bootstraps raft for a new cluster.
+	peers []raft.Peer
+	// initial are the members to connect to before the member list is
+	// applied from the log.
+	initial []membership.Member
+}
+
+// identity is who this data dir belongs to, written once at the first start
+// (etcd keeps the same in its WAL metadata).
+type identity struct {
+	ClusterID string `json:"cluster_id"`
+	MemberID  string `json:"member_id"`
+	Name      string `json:"name"`
+	// Bootstrap is the initial-cluster-state the member started with.
+	Bootstrap string `json:"bootstrap"`
+	// Token is the initial-cluster-token of a member that started a cluster.
+	Token string `json:"token,omitempty"`
+}
+
+func identityPath(c *config.Config) string { return filepath.Join(c.MemberDir(), "identity.json") }
+
+func readIdentity(path string) (*identity, uint64, uint64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, 0, nil
+	}
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read member identity: %w", err)
+	}
+	var id identity
+	if err := json.Unmarshal(b, &id); err != nil {
+		return nil, 0, 0, fmt.Errorf("member identity %s: %w", path, err)
+	}
+	cid, err1 := strconv.ParseUint(id.ClusterID, 16, 64)
+	mid, err2 := strconv.ParseUint(id.MemberID, 16, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, 0, 0, fmt.Errorf("member identity %s: %w", path, err)
+	}
+	return &id, cid, mid, nil
+}
+
+func writeIdentity(path string, id identity) error {
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write member identity: %w", err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write member identity: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsutil.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write member identity %s: %w", path, err)
+	}
+	return nil
+}
+
+// configuredMembers derives the members and cluster ID of a new cluster from
+// initial-cluster and the token, exactly as etcd does.
+func configuredMembers(c *config.Config) (members []membership.Member, clusterID, self uint64, err error) {
+	cluster, err := c.InitialClusterMap()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("initial-cluster: %w", err)
+	}
+	// No client URLs: every member bootstraps the same entries, and each
+	// publishes its own attributes through raft afterwards.
+	var ids []uint64
+	for name, urls := range cluster {
+		peers := urlStrings(urls)
+		id := membership.MemberID(peers, c.InitialClusterToken, nil)
+		m := membership.Member{ID: id, Name: name, PeerURLs: peers}
+		if name == c.Name {
+			self = id
+		}
+		members = append(members, m)
+		ids = append(ids, id)
+	}
+	if self == 0 {
+		return nil, 0, 0, fmt.Errorf("initial-cluster: member %q is not in it", c.Name)
+	}
+	slices.SortFunc(members, func(a, b membership.Member) int { return cmpUint(a.ID, b.ID) })
+	return members, membership.ClusterID(ids), self, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// joinInfo is what a member answers a joining member (transport Members).
+type joinInfo struct {
+	ClusterID uint64              `json:"cluster_id"`
+	Members   []membership.Member `json:"members"`
+}
+
+// newMembers finds out who this member is and loads the member list.
+func newMembers(c *config.Config, l *raftlog.Log, st *mvcc.Store, lg *zap.Logger) (*membership.Cluster, *bootstrap, error) {
+	idPath := identityPath(c)
+	id, clusterID, self, err := readIdentity(idPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	boot := &bootstrap{}
+	var fromConfig []membership.Member
+	switch {
+	case id != nil:
+		if id.Name != c.Name {
+			return nil, nil, fmt.Errorf("data-dir %s belongs to member %q (%s) of cluster %s, not to %q: use that member's configuration or another data-dir",
+				c.DataDir, id.Name, id.MemberID, id.ClusterID, c.Name)
+		}
+		if id.Bootstrap == "new" && c.InitialClusterState == "new" && id.Token != c.InitialClusterToken {
+			// The initial-* settings are otherwise ignored on restart, as
+			// etcd does; another token is another cluster.
+			return nil, nil, fmt.Errorf("data-dir %s holds member %s of cluster %s started with initial-cluster-token %q, not %q: refusing to start with a mismatched cluster ID",
+				c.DataDir, id.MemberID, id.ClusterID, id.Token, c.InitialClusterToken)
+		}
+	case !l.IsNew() || c.InitialClusterState == "new":
+		// A new cluster, or a data dir from before identity files.
+		fromConfig, clusterID, self, err = configuredMembers(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		if l.IsNew() {
+			for _, m := range fromConfig {
+				boot.peers = append(boot.peers, raft.Peer{ID: m.ID, Context: m.Marshal()})
+			}
+		}
+		id = &identity{Bootstrap: "new", Token: c.InitialClusterToken}
+	default:
+		info, err := fetchCluster(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		own, err := c.AdvertisePeerURLs()
+		if err != nil {
+			return nil, nil, fmt.Errorf("initial-advertise-peer-urls: %w", err)
+		}
+		ownURLs := urlStrings(own)
+		slices.Sort(ownURLs)
+		for _, m := range info.Members {
+			urls := slices.Clone(m.PeerURLs)
+			slices.Sort(urls)
+			if slices.Equal(urls, ownURLs) {
+				self = m.ID
+			}
+		}
+		if self == 0 {
+			return nil, nil, fmt.Errorf("cluster %x has no member with peer URLs %v: add this member first (etcdctl member add %s --peer-urls=...)",
+				info.ClusterID, ownURLs, c.Name)
+		}
+		clusterID = info.ClusterID
+		boot.initial = info.Members
+		id = &identity{Bootstrap: "existing"}
+	}
+	if id.ClusterID == "" {
+		id.ClusterID = fmt.Sprintf("%x", clusterID)
+		id.MemberID = fmt.Sprintf("%x", self)
+		id.Name = c.Name
+		if err := writeIdentity(idPath, *id); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	cl := membership.New(clusterID, self)
+	var ld membership.Loader
+	if err := st.Members(ld.Add); err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case !ld.Empty():
+		ld.RestoreInto(cl)
+		boot.initial = cl.Members()
+	case len(boot.peers) == 0 && len(fromConfig) > 0:
+		// Applied before member records existed: the configuration is
+		// the best knowledge there is.
+		cl.Restore(fromConfig, nil)
+		boot.initial = fromConfig
+	case len(boot.initial) == 0:
+		boot.initial = fromConfig
+	}
+	lg.Info("member identity", zap.String("member-id", fmt.Sprintf("%x", self)),
+		zap.String("cluster-id", fmt.Sprintf("%x", clusterID)), zap.Int("members", len(boot.initial)))
+	return cl, boot, nil
+}
+
+// fetchCluster asks the peers named in initial-cluster for the member list,
+// as a member joining an existing cluster.
+func fetchCluster(c *config.Config) (*joinInfo, error) {
+	cluster, err := c.InitialClusterMap()
+	if err != nil {
+		return nil, fmt.Errorf("initial-cluster: %w", err)
+	}
+	var urls []string
+	for name, us := range cluster {
+		if name != c.Name {
+			urls = append(urls, urlStrings(us)...)
+		}
+	}
+	if len(urls) == 0 {
+		return nil, errors.New("initial-cluster-state is existing but initial-cluster names no other member to join")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := transport.FetchMembers(ctx, urls)
+	if err != nil {
+		return nil, fmt.Errorf("join existing cluster: %w", err)
+	}
+	var info joinInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return nil, fmt.Errorf("join existing cluster: decode member list: %w", err)
+	}
+	return &info, nil
+}
+
+func urlStrings(us []url.URL) []string {
+	out := make([]string, len(us))
+	for i := range us {
+		out[i] = us[i].String()
+	}
+	return out
+}

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/membership"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/raftnode"
+	"github.com/kvd-dev/kvd/pkg/transport"
+)
+
+// peerLink carries raft's messages to the peer transport. The raft node is
+// built before the transport (whose callbacks need the node), so the link
+// starts without one and drops messages until the transport is set: raft
+// retransmits.
+type peerLink struct {
+	tr     atomic.Pointer[transport.Transport]
+	st     *mvcc.Store
+	outDir string
+	lg     *zap.Logger
+	// report tells raft how a snapshot send ended (set with the transport).
+	report func(id uint64, ok bool)
+
+	mu       sync.Mutex
+	incoming map[uint64]string // snapshot index -> received dump file
+}
+
+func newPeerLink(c *config.Config, st *mvcc.Store, lg *zap.Logger) (*peerLink, error) {
+	out := filepath.Join(c.MemberDir(), "snap-outgoing")
+	// Leftovers of a crash mid-send are useless.
+	if err := os.RemoveAll(out); err != nil {
+		return nil, fmt.Errorf("clear %s: %w", out, err)
+	}
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", out, err)
+	}
+	return &peerLink{st: st, outDir: out, lg: lg.Named("peers"), incoming: map[uint64]string{}}, nil
+}
+
+// Send is raftnode.Config.Send: snapshots get a goroutine each (the dump
+// is written to a file first, its size goes ahead of it), the rest go to
+// the transport's queues.
+func (p *peerLink) Send(msgs []*raftpb.Message) {
+	tr := p.tr.Load()
+	if tr == nil {
+		return
+	}
+	rest := msgs[:0:0]
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			go p.sendSnapshot(tr, m)
+			continue
+		}
+		rest = append(rest, m)
+	}
+	if len(rest) > 0 {
+		tr.Send(rest)
+	}
+}
+
+// sendSnapshot sends the backend as it is committed now: it holds at least
+// everything up to the raft snapshot's index (the backend is synced before
+// every raft snapshot), and the receiver skips entries its consistent index
+// already covers.
+func (p *peerLink) sendSnapshot(tr *transport.Transport, m *raftpb.Message) {
+	to := m.GetTo()
+	fail := func(err error) {
+		p.lg.Warn("send snapshot", zap.String("to", fmt.Sprintf("%x", to)), zap.Error(err))
+		p.report(to, false)
+	}
+	f, err := os.CreateTemp(p.outDir, "dump-*")
+	if err != nil {
+		fail(err)
+		return
+	}
+	// The open file outlives its name: the transport reads and closes it.
+	defer os.Remove(f.Name())
+	n, err := backend.Dump(p.st.Backend(), f)
+	if err == nil {
+		_, err = f.Seek(0, 0)
+	}
+	if err != nil {
+		f.Close()
+		fail(fmt.Errorf("dump backend: %w", err))
+		return
+	}
+	p.lg.Info("sending snapshot", zap.String("to", fmt.Sprintf("%x", to)),
+		zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()), zap.Int64("bytes", n))
+	// SendSnapshot closes f and reports the outcome to raft.
+	tr.SendSnapshot(m, f, n)
+}
+
+func (p *peerLink) received(index uint64, path string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.incoming[index]; ok && old != path {
+		os.Remove(old)
+	}
+	p.incoming[index] = path
+}
+
+// take returns the dump received for the snapshot at index, and removes
+// older ones raft passed over.
+func (p *peerLink) take(index uint64) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	path, ok := p.incoming[index]
+	for i, f := range p.incoming {
+		if i <= index {
+			if i != index {
+				os.Remove(f)
+			}
+			delete(p.incoming, i)
+		}
+	}
+	return path, ok
+}
+
+// newTransport starts the peer transport on listen-peer-urls and keeps its
+// peers in step with the member list.
+func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membership.Cluster, boot *bootstrap, n *raftnode.Node, link *peerLink, lg *zap.Logger) (*transport.Transport, error) {
+	urls, err := c.PeerURLs()
+	if err != nil {
+		return nil, fmt.Errorf("listen-peer-urls: %w", err)
+	}
+	inDir := filepath.Join(c.MemberDir(), "snap-incoming")
+	if err := os.RemoveAll(inDir); err != nil {
+		return nil, fmt.Errorf("clear %s: %w", inDir, err)
+	}
+	if err := os.MkdirAll(inDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", inDir, err)
+	}
+	link.report = n.ReportSnapshot
+	tr, err := transport.New(transport.Config{
+		ID:        cl.Self(),
+		ClusterID: cl.ID(),
+		Logger:    lg.Named("transport"),
+		Receive:   func(msgs []*raftpb.Message) { n.Step(msgs...) },
+		ReceiveSnapshot: func(m *raftpb.Message, path string) error {
+			link.received(m.GetSnapshot().GetMetadata().GetIndex(), path)
+			n.Step(m)
+			return nil
+		},
+		Unreachable:    n.ReportUnreachable,
+		SnapshotStatus: n.ReportSnapshot,
+		SnapshotDir:    inDir,
+		Members: func() ([]byte, error) {
+			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cl.OnChange(func(ch membership.Change) {
+		id := ch.Member.ID
+		switch {
+		case ch.Removed && id == cl.Self():
+			lg.Warn("this member was removed from the cluster; stopping")
+			_ = sd.Shutdown(fx.ExitCode(0))
+		case ch.Removed:
+			tr.RemovePeer(id)
+		case id != cl.Self():
+			if err := tr.AddPeer(id, ch.Member.PeerURLs); err != nil {
+				lg.Warn("add peer", zap.String("id", fmt.Sprintf("%x", id)), zap.Error(err))
+			}
+		}
+	})
+	for _, m := range boot.initial {
+		if m.ID == cl.Self() {
+			continue
+		}
+		if err := tr.AddPeer(m.ID, m.PeerURLs); err != nil {
+			return nil, fmt.Errorf("peer %s (%x): %w", m.Name, m.ID, err)
+		}
+	}
+	var lns []net.Listener
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			for _, u := range urls {
+				if u.Scheme != "http" {
+					return fmt.Errorf("listen-peer-urls: %s: only http is served so far", u.String())
+				}
+				ln, err := net.Listen("tcp", u.Host)
+				if err != nil {
+					for _, l := range lns {
+						l.Close()
+					}
+					return fmt.Errorf("listen-peer-urls: listen on %s: %w", u.Host, err)
+				}
+				lns = append(lns, ln)
+			}
+			for _, ln := range lns {
+				lg.Info("serving peer traffic", zap.String("address", ln.Addr().String()))
+				tr.Start(ln)
+			}
+			link.tr.Store(tr)
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			link.tr.Store(nil)
+			tr.Stop()
+			return nil
+		},
+	})
+	return tr, nil
+}
+
+// peerIDs lists the members other than self, sorted.
+func peerIDs(cl *membership.Cluster) []uint64 {
+	var out []uint64
+	for _, m := range cl.Members() {
+		if m.ID != cl.Self() {
+			out = append(out, m.ID)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

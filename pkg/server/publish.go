@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/api"
+	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/membership"
+)
+
+// publisher is the actor that records this member's name and client URLs in
+// the member list through raft, once a leader is known, and retries until
+// that is done (etcd publishes the same at start). MemberList shows clients
+// where to reach each member from it.
+type publisher struct {
+	c   *config.Config
+	api *api.Server
+	cl  *membership.Cluster
+	lg  *zap.Logger
+}
+
+func (p *publisher) Run(ctx context.Context) error {
+	urls, err := p.c.AdvertiseClientURLsList()
+	if err != nil {
+		return err
+	}
+	clientURLs := urlStrings(urls)
+	backoff := 100 * time.Millisecond
+	for {
+		if m, ok := p.cl.Member(p.cl.Self()); ok && m.Name == p.c.Name && slices.Equal(m.ClientURLs, clientURLs) {
+			return nil
+		}
+		if p.cl.IsRemoved(p.cl.Self()) {
+			return nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := p.api.PublishAttributes(pctx, p.c.Name, clientURLs)
+		cancel()
+		if err == nil {
+			p.lg.Info("published member attributes", zap.String("name", p.c.Name), zap.Strings("client-urls", clientURLs))
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.lg.Debug("publish member attributes", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
