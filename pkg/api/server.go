@@ -60,8 +60,8 @@ type Deps struct {
 	// PeerActive reports whether the stream to a peer is up (the strict
 	// reconfiguration check); nil skips the check.
 	PeerActive func(id uint64) bool
-	Tracer   trace.Tracer
-	Logger   *zap.Logger
+	Tracer     trace.Tracer
+	Logger     *zap.Logger
 	// Leases, if set, serves the Lease service.
 	Leases *leasemgr.Manager
 	// WatchHub, if set, serves the Watch service.
