@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,9 @@ func (p *peer) stop() {
 func (p *peer) setURLs(urls, targets []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if slices.Equal(p.urls, urls) {
+		return
+	}
 	p.urls, p.targets, p.next = urls, targets, 0
 	p.gen++
 	if p.streamCancel != nil {
