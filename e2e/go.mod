@@ -3,6 +3,7 @@ module github.com/kvd-dev/kvd/e2e
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	go.etcd.io/bbolt v1.5.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
