@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
@@ -15,8 +20,7 @@ import (
 // leaseServer is the Lease service. Grant and Revoke go through raft;
 // keep-alives, time-to-live and the list are served from the lease manager
 // of this member, which must be the primary (the leader) for the first two.
-// Forwarding to the leader from a follower is not done yet: a follower waits
-// for its own promotion until the request times out.
+// A follower relays keep-alives and time-to-live to the leader, as etcd.
 type leaseServer struct {
 	pb.UnimplementedLeaseServer
 	s *Server
@@ -63,6 +67,21 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	s := l.s
 	ctx, span := s.span(ctx, "lease.TimeToLive")
 	defer span.End()
+	if lead, fwd := s.leaseForward(); fwd {
+		// Only the leader's lessor knows the remaining TTL.
+		conn, err := s.leaderConn(lead)
+		if err != nil {
+			return nil, err
+		}
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+		resp, err := pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r)
+		if err != nil {
+			return nil, s.forwardErr(ctx, err)
+		}
+		s.fill(resp.Header)
+		return resp, nil
+	}
 	if err := s.leasePrimary(ctx); err != nil {
 		return nil, err
 	}
@@ -103,6 +122,8 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest)
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	s := l.s
 	ctx := stream.Context()
+	var fwd keepAliveForward
+	defer fwd.close()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -111,7 +132,13 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		if err != nil {
 			return err
 		}
-		ttl, err := s.renew(ctx, req.ID)
+		var ttl int64
+		if lead, ok := s.leaseForward(); ok {
+			// Renewals are the leader's: a follower relays them.
+			ttl, err = fwd.renew(ctx, s, lead, req.ID)
+		} else {
+			ttl, err = s.renew(ctx, req.ID)
+		}
 		if err != nil {
 			return err
 		}
@@ -155,6 +182,97 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 		return 0, s.raftErr(ctx, err)
 	}
 	return ttl, nil
+}
+
+// leaseForward reports whether lease calls that need the leader's lessor
+// go to another member, and which.
+func (s *Server) leaseForward() (uint64, bool) {
+	if s.Leases.Primary() {
+		return 0, false
+	}
+	lead := s.Raft.Leader()
+	return lead, lead != raft.None && lead != s.Raft.ID()
+}
+
+// forwardErr turns a failure to reach the leader into etcd's errors; the
+// leader's own etcd errors pass through.
+func (s *Server) forwardErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return s.raftErr(ctx, ctx.Err())
+	}
+	if st, ok := status.FromError(err); ok && strings.HasPrefix(st.Message(), "etcdserver: ") {
+		return err
+	}
+	return rpctypes.ErrGRPCTimeout
+}
+
+// keepAliveForward relays one client's keep-alives to the leader over one
+// stream, reopened when the leader changes or the stream breaks.
+type keepAliveForward struct {
+	lead   uint64
+	stream pb.Lease_LeaseKeepAliveClient
+	cancel context.CancelFunc
+}
+
+func (f *keepAliveForward) close() {
+	if f.cancel != nil {
+		f.cancel()
+		f.cancel, f.stream = nil, nil
+	}
+}
+
+func (f *keepAliveForward) renew(ctx context.Context, s *Server, lead uint64, id int64) (int64, error) {
+	if f.stream == nil || f.lead != lead {
+		f.close()
+		conn, err := s.leaderConn(lead)
+		if err != nil {
+			return 0, err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		st, err := pb.NewLeaseClient(conn).LeaseKeepAlive(sctx)
+		if err != nil {
+			cancel()
+			return 0, s.forwardErr(ctx, err)
+		}
+		f.lead, f.stream, f.cancel = lead, st, cancel
+	}
+	resp, err := f.roundTrip(ctx, s, id)
+	if err != nil {
+		f.close()
+		return 0, s.forwardErr(ctx, err)
+	}
+	return resp.TTL, nil
+}
+
+func (f *keepAliveForward) roundTrip(ctx context.Context, s *Server, id int64) (*pb.LeaseKeepAliveResponse, error) {
+	type result struct {
+		resp *pb.LeaseKeepAliveResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	st := f.stream
+	go func() {
+		if err := st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+			done <- result{err: err}
+			return
+		}
+		resp, err := st.Recv()
+		done <- result{resp, err}
+	}()
+	t := time.NewTimer(s.cfg.RequestTimeout)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-t.C:
+		f.close()
+		<-done
+		return nil, status.Error(codes.DeadlineExceeded, "keep-alive forward timed out")
+	case <-ctx.Done():
+		f.close()
+		<-done
+		return nil, ctx.Err()
+	}
 }
 
 // leasePrimary waits, up to the request timeout, until this member's lease
