@@ -50,11 +50,12 @@ func snapshot(index, term uint64, voters ...uint64) *raftpb.Snapshot {
 type testOpts struct {
 	segmentSize int64
 	sync        bool
+	catchUp     uint64
 }
 
 func openLog(t testing.TB, dir string, o testOpts) *Log {
 	t.Helper()
-	l, err := Open(Options{Dir: dir, SegmentSize: o.segmentSize, NoSync: !o.sync, Logger: testLogger(t)})
+	l, err := Open(Options{Dir: dir, SegmentSize: o.segmentSize, NoSync: !o.sync, Logger: testLogger(t), CatchUpEntries: o.catchUp})
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}

@@ -33,6 +33,10 @@ type Options struct {
 	NoSync bool
 	// Logger may be nil.
 	Logger *zap.Logger
+	// CatchUpEntries is how many entries before a snapshot stay readable
+	// through Storage, so a follower slightly behind gets entries instead of
+	// a snapshot (etcd's snapshot-catchup-entries). 0 keeps none.
+	CatchUpEntries uint64
 }
 
 // Log is kvd's raft write-ahead log: WAL segments, raft snapshot files, and
@@ -45,6 +49,7 @@ type Log struct {
 	dir, snapDir string
 	segmentSize  int64
 	noSync       bool
+	catchUp      uint64
 	lg           *zap.Logger
 	st           *Storage
 	isNew        bool
@@ -95,6 +100,7 @@ func Open(opts Options) (*Log, error) {
 		snapDir:     filepath.Join(opts.Dir, "snap"),
 		segmentSize: opts.SegmentSize,
 		noSync:      opts.NoSync,
+		catchUp:     opts.CatchUpEntries,
 		lg:          lg.Named("raftlog"),
 		hs:          &raftpb.HardState{},
 	}
@@ -415,7 +421,7 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 	cur := &l.segs[len(l.segs)-1]
 	cur.maxMarker = max(cur.maxMarker, index)
 	l.snapIndex, l.snapTerm = index, term
-	l.st.compact(snap)
+	l.st.compact(snap, l.catchUp)
 	obsolete := l.obsoleteSegmentsLocked(prevSnap)
 	l.mu.Unlock()
 

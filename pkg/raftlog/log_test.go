@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -459,5 +460,42 @@ func TestFallbackAfterTruncation(t *testing.T) {
 	v := viewOf(t, l.Storage())
 	if v.SnapIndex != 100 || v.First != 101 || v.Last != 150 || len(v.Terms) != 50 {
 		t.Fatalf("after fallback: first %d last %d snapshot %d entries %d", v.First, v.Last, v.SnapIndex, len(v.Terms))
+	}
+}
+
+// With CatchUpEntries, a snapshot leaves that many entries before it
+// readable, so a follower slightly behind is sent entries, not a snapshot;
+// the snapshot itself is the new one either way.
+func TestSnapshotKeepsCatchUpEntries(t *testing.T) {
+	l := openLog(t, t.TempDir(), testOpts{catchUp: 50})
+	defer l.Close()
+	for i := uint64(1); i <= 200; i += 4 {
+		mustSave(t, l, hardState(2, 1, i+3), ents(i, i+3, 2), nil)
+	}
+	cs := &raftpb.ConfState{Voters: []uint64{1}}
+	if err := l.CreateSnapshot(30, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Storage()
+	if first, _ := s.FirstIndex(); first != 1 {
+		t.Fatalf("FirstIndex after snapshot 30 with 50 kept = %d, want 1", first)
+	}
+	if err := l.CreateSnapshot(150, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if first, _ := s.FirstIndex(); first != 101 {
+		t.Fatalf("FirstIndex after snapshot 150 = %d, want 101", first)
+	}
+	if got, err := s.Entries(101, 151, math.MaxUint64); err != nil || len(got) != 50 || got[0].GetIndex() != 101 {
+		t.Fatalf("Entries(101, 151) = %d entries, %v", len(got), err)
+	}
+	if _, err := s.Entries(100, 110, math.MaxUint64); !errors.Is(err, raft.ErrCompacted) {
+		t.Fatalf("Entries below the kept ones: %v, want ErrCompacted", err)
+	}
+	if term, err := s.Term(100); err != nil || term != 2 {
+		t.Fatalf("Term(100) = %d, %v", term, err)
+	}
+	if snap, _ := s.Snapshot(); snap.GetMetadata().GetIndex() != 150 {
+		t.Fatalf("snapshot index %d, want 150", snap.GetMetadata().GetIndex())
 	}
 }

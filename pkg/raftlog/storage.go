@@ -25,7 +25,8 @@ type Storage struct {
 	// ents[0] is a dummy entry carrying the snapshot's index and term, so
 	// Term(FirstIndex()-1) works after compaction. ents[i] has index
 	// ents[0].Index+i.
-	// Invariant: ents[0].GetIndex() == snap.Metadata.Index.
+	// Invariant: ents[0].GetIndex() <= snap.Metadata.Index: entries up to
+	// the snapshot may stay for slow followers (Options.CatchUpEntries).
 	ents []*raftpb.Entry
 }
 
@@ -167,17 +168,25 @@ func (s *Storage) applySave(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raf
 	}
 }
 
-// compact makes snap the latest snapshot and drops the entries it covers.
-// The caller has checked snap's index lies in (snapshot index, last index].
-func (s *Storage) compact(snap *raftpb.Snapshot) {
+// compact makes snap the latest snapshot and drops the entries it covers,
+// except the last keep of them, which stay for followers slightly behind
+// (raft sends them entries instead of a snapshot). The caller has checked
+// snap's index lies in (snapshot index, last index].
+func (s *Storage) compact(snap *raftpb.Snapshot, keep uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	md := snap.GetMetadata()
-	i := md.GetIndex() - s.ents[0].GetIndex()
+	offset := s.ents[0].GetIndex()
+	at := md.GetIndex() - min(keep, md.GetIndex())
+	if at <= offset {
+		s.snap = snap
+		return
+	}
+	i := at - offset
 	// A fresh slice: the old one may still be referenced by callers of
 	// Entries, and entries are immutable.
 	ents := make([]*raftpb.Entry, 1, uint64(len(s.ents))-i)
-	ents[0] = dummyEntry(md.GetIndex(), md.GetTerm())
+	ents[0] = dummyEntry(at, s.ents[i].GetTerm())
 	ents = append(ents, s.ents[i+1:]...)
 	s.ents = ents
 	s.snap = snap

@@ -150,7 +150,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Log
 }
 
 func newRaftLog(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (*raftlog.Log, error) {
-	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal")})
+	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries})
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", c.WALPath(), err)
 	}
