@@ -69,7 +69,7 @@ func Module() fx.Option {
 			newAPI,
 			newActors,
 		),
-		fx.Invoke(startActors, serveClients, func(*transport.Transport) {}),
+		fx.Invoke(startActors, initialCorruptCheck, serveClients, func(*transport.Transport) {}),
 	)
 }
 
