@@ -499,3 +499,16 @@ func (l *Log) Close() error {
 	}
 	return nil
 }
+
+// Exists reports whether dir holds a WAL (a log that Open would not call
+// new), without opening it.
+func Exists(dir string) (bool, error) {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		return false, fmt.Errorf("raftlog: %w", err)
+	}
+	return len(segs) > 0, nil
+}

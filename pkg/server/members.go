@@ -143,34 +143,49 @@ type joinInfo struct {
 	Members   []membership.Member `json:"members"`
 }
 
-// newMembers finds out who this member is and loads the member list.
-func newMembers(c *config.Config, l *raftlog.Log, st *mvcc.Store, lg *zap.Logger) (*membership.Cluster, *bootstrap, error) {
+// memberIdentity is who this member is, found before any storage opens.
+type memberIdentity struct {
+	clusterID, self uint64
+	boot            *bootstrap
+	// fromConfig is the configured member list of a new cluster.
+	fromConfig []membership.Member
+}
+
+// newIdentity finds out who this member is: from its identity file, from
+// the configuration (a new cluster) or from its peers (joining). It runs
+// before the storage opens, so a refusal leaves nothing open.
+func newIdentity(c *config.Config) (*memberIdentity, error) {
+	walExists, err := raftlog.Exists(c.WALPath())
+	if err != nil {
+		return nil, err
+	}
+	walNew := !walExists
 	idPath := identityPath(c)
 	id, clusterID, self, err := readIdentity(idPath)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	boot := &bootstrap{}
 	var fromConfig []membership.Member
 	switch {
 	case id != nil:
 		if id.Name != c.Name {
-			return nil, nil, fmt.Errorf("data-dir %s belongs to member %q (%s) of cluster %s, not to %q: use that member's configuration or another data-dir",
+			return nil, fmt.Errorf("data-dir %s belongs to member %q (%s) of cluster %s, not to %q: use that member's configuration or another data-dir",
 				c.DataDir, id.Name, id.MemberID, id.ClusterID, c.Name)
 		}
 		if id.Bootstrap == "new" && c.InitialClusterState == "new" && id.Token != c.InitialClusterToken {
 			// The initial-* settings are otherwise ignored on restart, as
 			// etcd does; another token is another cluster.
-			return nil, nil, fmt.Errorf("data-dir %s holds member %s of cluster %s started with initial-cluster-token %q, not %q: refusing to start with a mismatched cluster ID",
+			return nil, fmt.Errorf("data-dir %s holds member %s of cluster %s started with initial-cluster-token %q, not %q: refusing to start with a mismatched cluster ID",
 				c.DataDir, id.MemberID, id.ClusterID, id.Token, c.InitialClusterToken)
 		}
-	case !l.IsNew() || c.InitialClusterState == "new":
+	case !walNew || c.InitialClusterState == "new":
 		// A new cluster, or a data dir from before identity files.
 		fromConfig, clusterID, self, err = configuredMembers(c)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		if l.IsNew() {
+		if walNew {
 			for _, m := range fromConfig {
 				boot.peers = append(boot.peers, raft.Peer{ID: m.ID, Context: m.Marshal()})
 			}
@@ -179,11 +194,11 @@ func newMembers(c *config.Config, l *raftlog.Log, st *mvcc.Store, lg *zap.Logger
 	default:
 		info, err := fetchCluster(c)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		own, err := c.AdvertisePeerURLs()
 		if err != nil {
-			return nil, nil, fmt.Errorf("initial-advertise-peer-urls: %w", err)
+			return nil, fmt.Errorf("initial-advertise-peer-urls: %w", err)
 		}
 		ownURLs := urlStrings(own)
 		slices.Sort(ownURLs)
@@ -195,7 +210,7 @@ func newMembers(c *config.Config, l *raftlog.Log, st *mvcc.Store, lg *zap.Logger
 			}
 		}
 		if self == 0 {
-			return nil, nil, fmt.Errorf("cluster %x has no member with peer URLs %v: add this member first (etcdctl member add %s --peer-urls=...)",
+			return nil, fmt.Errorf("cluster %x has no member with peer URLs %v: add this member first (etcdctl member add %s --peer-urls=...)",
 				info.ClusterID, ownURLs, c.Name)
 		}
 		clusterID = info.ClusterID
@@ -207,10 +222,15 @@ func newMembers(c *config.Config, l *raftlog.Log, st *mvcc.Store, lg *zap.Logger
 		id.MemberID = fmt.Sprintf("%x", self)
 		id.Name = c.Name
 		if err := writeIdentity(idPath, *id); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
+	return &memberIdentity{clusterID: clusterID, self: self, boot: boot, fromConfig: fromConfig}, nil
+}
 
+// newMembers loads the member list this member applied.
+func newMembers(ident *memberIdentity, st *mvcc.Store, lg *zap.Logger) (*membership.Cluster, *bootstrap, error) {
+	clusterID, self, boot, fromConfig := ident.clusterID, ident.self, ident.boot, ident.fromConfig
 	cl := membership.New(clusterID, self)
 	var ld membership.Loader
 	if err := st.Members(ld.Add); err != nil {

@@ -24,6 +24,8 @@ type Metrics struct {
 	events    prometheus.Counter
 	unsynced  prometheus.Gauge
 	slowWatch prometheus.Gauge
+	// Raft snapshots sent to and received from peers, by peer ID.
+	snapSent, snapSendFailed, snapReceived *prometheus.CounterVec
 }
 
 func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied) *Metrics {
@@ -69,7 +71,13 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 		unsynced:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "pending_events_total", Help: "Total number of unsynced watchers (kvd: watchers catching up)."}),
 		slowWatch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "mvcc", Name: "slow_watcher_total", Help: "Total number of unsynced slow watchers."}),
 	}
-	r.MustRegister(mt.walFsync, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch)
+	snapCounter := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network", Name: name, Help: help}, []string{label})
+	}
+	mt.snapSent = snapCounter("snapshot_send_success", "Total number of successful snapshot sends", "To")
+	mt.snapSendFailed = snapCounter("snapshot_send_failures", "Total number of snapshot send failures", "To")
+	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
+	r.MustRegister(mt.walFsync, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived)
 	return mt
 }
 
@@ -87,6 +95,20 @@ func memberHex(id uint64) string {
 
 // ObserveWALSync feeds etcd_disk_wal_fsync_duration_seconds.
 func (m *Metrics) ObserveWALSync(d time.Duration) { m.walFsync.Observe(d.Seconds()) }
+
+// SnapshotSent counts a raft snapshot send to a peer by outcome.
+func (m *Metrics) SnapshotSent(to uint64, ok bool) {
+	if ok {
+		m.snapSent.WithLabelValues(memberHex(to)).Inc()
+	} else {
+		m.snapSendFailed.WithLabelValues(memberHex(to)).Inc()
+	}
+}
+
+// SnapshotReceived counts a raft snapshot received from a peer.
+func (m *Metrics) SnapshotReceived(from uint64) {
+	m.snapReceived.WithLabelValues(memberHex(from)).Inc()
+}
 
 // watchMetrics adapts Metrics to the watch hub's hooks.
 type watchMetrics struct{ m *Metrics }

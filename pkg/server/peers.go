@@ -132,7 +132,7 @@ func (p *peerLink) take(index uint64) (string, bool) {
 
 // newTransport starts the peer transport on listen-peer-urls and keeps its
 // peers in step with the member list.
-func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membership.Cluster, boot *bootstrap, n *raftnode.Node, link *peerLink, lg *zap.Logger) (*transport.Transport, error) {
+func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membership.Cluster, boot *bootstrap, n *raftnode.Node, link *peerLink, mt *Metrics, lg *zap.Logger) (*transport.Transport, error) {
 	urls, err := c.PeerURLs()
 	if err != nil {
 		return nil, fmt.Errorf("listen-peer-urls: %w", err)
@@ -152,12 +152,16 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		Receive:   func(msgs []*raftpb.Message) { n.Step(msgs...) },
 		ReceiveSnapshot: func(m *raftpb.Message, path string) error {
 			link.received(m.GetSnapshot().GetMetadata().GetIndex(), path)
+			mt.SnapshotReceived(m.GetFrom())
 			n.Step(m)
 			return nil
 		},
-		Unreachable:    n.ReportUnreachable,
-		SnapshotStatus: n.ReportSnapshot,
-		SnapshotDir:    inDir,
+		Unreachable: n.ReportUnreachable,
+		SnapshotStatus: func(id uint64, ok bool) {
+			mt.SnapshotSent(id, ok)
+			n.ReportSnapshot(id, ok)
+		},
+		SnapshotDir: inDir,
 		Members: func() ([]byte, error) {
 			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
 		},

@@ -56,6 +56,7 @@ func Module() fx.Option {
 			newBackend,
 			newStore,
 			newRaftLog,
+			newIdentity,
 			newMembers,
 			newPeerLink,
 			newRaftNode,
@@ -87,7 +88,8 @@ func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer,
 	return tp.Tracer("kvd"), nil
 }
 
-func newBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
+// newBackend opens the backend once the identity check passed.
+func newBackend(c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, error) {
 	// A crash while a leader's snapshot was loading leaves the old backend
 	// aside; it is the one the WAL matches.
 	if err := restoreAside(c.BackendDir()); err != nil {
@@ -149,7 +151,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Log
 	return s, nil
 }
 
-func newRaftLog(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (*raftlog.Log, error) {
+func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (*raftlog.Log, error) {
 	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries})
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", c.WALPath(), err)

@@ -1,0 +1,376 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvd-dev/kvd/pkg/config"
+)
+
+// clusterConfigs returns configs for a new cluster of the given engines,
+// members m1..mN on free loopback ports.
+func clusterConfigs(t testing.TB, engines ...string) []*config.Config {
+	t.Helper()
+	var cs []*config.Config
+	var ic []string
+	for i, e := range engines {
+		c := testConfig(t, e, t.TempDir())
+		c.Name = fmt.Sprintf("m%d", i+1)
+		c.HeartbeatInterval, c.ElectionTimeout = 50, 500
+		cs = append(cs, c)
+		ic = append(ic, c.Name+"="+c.InitialAdvertisePeerURLs)
+	}
+	for _, c := range cs {
+		c.InitialCluster = strings.Join(ic, ",")
+		c.InitialClusterToken = t.Name()
+		c.Complete()
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cs
+}
+
+// startCluster starts the members concurrently: none is ready alone.
+func startCluster(t *testing.T, cs []*config.Config) []*member {
+	t.Helper()
+	ms := make([]*member, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ms[i] = startMember(t, c)
+		}()
+	}
+	wg.Wait()
+	return ms
+}
+
+func (m *member) maint() pb.MaintenanceClient { return pb.NewMaintenanceClient(m.conn) }
+func (m *member) cluster() pb.ClusterClient   { return pb.NewClusterClient(m.conn) }
+
+// eventually retries f until it returns nil or 20 s pass.
+func eventually(t testing.TB, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ctx5(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Three members on mixed engines: a write on any member is seen at once by
+// a linearizable read on every member, MemberList shows everyone with the
+// client URLs they published, and the members' hashes agree.
+func TestThreeMembersAgree(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "badger", "bolt")
+	ms := startCluster(t, cs)
+	for i, m := range ms {
+		put(t, m, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
+		for j, o := range ms {
+			resp, err := o.kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte(fmt.Sprintf("k%d", i))})
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("read k%d on m%d after writing on m%d: %v %v", i, j+1, i+1, resp, err)
+			}
+		}
+	}
+	eventually(t, "member list with client URLs", func() error {
+		resp, err := ms[1].cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+		if err != nil {
+			return err
+		}
+		if len(resp.Members) != 3 {
+			return fmt.Errorf("%d members", len(resp.Members))
+		}
+		for _, pm := range resp.Members {
+			var c *config.Config
+			for _, cc := range cs {
+				if cc.Name == pm.Name {
+					c = cc
+				}
+			}
+			if c == nil || len(pm.ClientURLs) != 1 || pm.ClientURLs[0] != c.AdvertiseClientURLs || pm.PeerURLs[0] != c.InitialAdvertisePeerURLs {
+				return fmt.Errorf("member %+v", pm)
+			}
+		}
+		return nil
+	})
+	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+	leaders := map[uint64]bool{}
+	for _, m := range ms {
+		st, err := m.maint().Status(ctx5(t), &pb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaders[st.Leader] = true
+	}
+	if len(leaders) != 1 {
+		t.Fatalf("members see leaders %v", leaders)
+	}
+}
+
+func sameHash(t testing.TB, ms []*member) error {
+	var first *pb.HashKVResponse
+	for i, m := range ms {
+		if m.app == nil {
+			continue
+		}
+		st, err := m.maint().Status(ctx5(t), &pb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		h, err := m.maint().HashKV(ctx5(t), &pb.HashKVRequest{Revision: st.Header.Revision})
+		if err != nil {
+			return err
+		}
+		if first == nil {
+			first = h
+			continue
+		}
+		if h.HashRevision != first.HashRevision || h.Hash != first.Hash {
+			return fmt.Errorf("member %d: hash %d at %d, first member %d at %d", i+1, h.Hash, h.HashRevision, first.Hash, first.HashRevision)
+		}
+	}
+	return nil
+}
+
+// A member that was down while the others wrote past their snapshot and
+// the catch-up entries comes back by installing the leader's snapshot, on
+// another engine than the leader's, then the log tail; watchers and leases
+// follow the new state.
+func TestLaggingMemberInstallsSnapshot(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "badger")
+	for _, c := range cs {
+		c.SnapshotCount = 100
+		c.SnapshotCatchupEntries = 10
+	}
+	ms := startCluster(t, cs)
+	put(t, ms[0], "before", "1")
+	eventually(t, "m3 has the first write", func() error {
+		r, err := ms[2].kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("before"), Serializable: true})
+		if err == nil && len(r.Kvs) == 0 {
+			err = errors.New("not yet")
+		}
+		return err
+	})
+	ms[2].stop()
+	for i := 0; i < 400; i++ {
+		put(t, ms[i%2], fmt.Sprintf("key-%03d", i), "v")
+	}
+	ms[2] = startMember(t, cs[2])
+	eventually(t, "m3 caught up", func() error {
+		r, err := ms[2].kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("key-"), RangeEnd: []byte("key."), CountOnly: true, Serializable: true})
+		if err == nil && r.Count != 400 {
+			err = fmt.Errorf("%d keys", r.Count)
+		}
+		return err
+	})
+	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+	if got := metric(t, cs[2], "etcd_network_snapshot_receive_success"); got < 1 {
+		t.Fatalf("m3 received %v snapshots, want at least 1", got)
+	}
+	put(t, ms[2], "after", "1")
+	if r, err := ms[0].kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("after")}); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("write through the caught-up member: %v %v", r, err)
+	}
+}
+
+// Membership changes through the Cluster API with etcd's rules: a learner
+// is refused writes and linearizable reads, cannot be promoted while it is
+// missing from raft's view, two learners are refused; a removed member is
+// gone from the list.
+func TestMembershipChanges(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt")
+	ms := startCluster(t, cs)
+	put(t, ms[0], "x", "1")
+	// A follower relays promotions to the leader's published client URL.
+	eventually(t, "client URLs published", func() error {
+		r, err := ms[2].cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+		if err != nil {
+			return err
+		}
+		for _, pm := range r.Members {
+			if len(pm.ClientURLs) == 0 {
+				return fmt.Errorf("%s has no client URLs yet", pm.Name)
+			}
+		}
+		return nil
+	})
+
+	add, err := ms[1].cluster().MemberAdd(ctx5(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}, IsLearner: true})
+	if err != nil {
+		t.Fatalf("add learner: %v", err)
+	}
+	if !add.Member.IsLearner || len(add.Members) != 4 {
+		t.Fatalf("add learner: %+v", add)
+	}
+	_, err = ms[0].cluster().MemberAdd(ctx5(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:2"}, IsLearner: true})
+	if !errors.Is(toEtcdErr(err), rpctypes.ErrTooManyLearners) {
+		t.Fatalf("second learner: %v", err)
+	}
+	_, err = ms[0].cluster().MemberAdd(ctx5(t), &pb.MemberAddRequest{PeerURLs: []string{cs[1].InitialAdvertisePeerURLs}})
+	if !errors.Is(toEtcdErr(err), rpctypes.ErrPeerURLExist) {
+		t.Fatalf("add with a used peer URL: %v", err)
+	}
+	_, err = ms[0].cluster().MemberAdd(ctx5(t), &pb.MemberAddRequest{PeerURLs: []string{"ftp://x"}})
+	if !errors.Is(toEtcdErr(err), rpctypes.ErrMemberBadURLs) {
+		t.Fatalf("add with a bad URL: %v", err)
+	}
+	// The learner never started: its log is empty, it is not ready.
+	_, err = ms[2].cluster().MemberPromote(ctx5(t), &pb.MemberPromoteRequest{ID: add.Member.ID})
+	if !errors.Is(toEtcdErr(err), rpctypes.ErrMemberLearnerNotReady) {
+		t.Fatalf("promote a learner that is behind: %v", err)
+	}
+	_, err = ms[0].cluster().MemberPromote(ctx5(t), &pb.MemberPromoteRequest{ID: cs2ID(t, ms[0], "m2")})
+	if !errors.Is(toEtcdErr(err), rpctypes.ErrMemberNotLearner) {
+		t.Fatalf("promote a voter: %v", err)
+	}
+	upd, err := ms[0].cluster().MemberUpdate(ctx5(t), &pb.MemberUpdateRequest{ID: add.Member.ID, PeerURLs: []string{"http://127.0.0.1:3"}})
+	if err != nil || len(upd.Members) != 4 {
+		t.Fatalf("update: %v %v", upd, err)
+	}
+	if _, err := ms[0].cluster().MemberRemove(ctx5(t), &pb.MemberRemoveRequest{ID: add.Member.ID}); err != nil {
+		t.Fatalf("remove learner: %v", err)
+	}
+	_, err = ms[0].cluster().MemberRemove(ctx5(t), &pb.MemberRemoveRequest{ID: add.Member.ID})
+	if !errors.Is(toEtcdErr(err), rpctypes.ErrMemberNotFound) {
+		t.Fatalf("remove twice: %v", err)
+	}
+	eventually(t, "three members everywhere", func() error {
+		for _, m := range ms {
+			r, err := m.cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+			if err != nil {
+				return err
+			}
+			if len(r.Members) != 3 {
+				return fmt.Errorf("%d members", len(r.Members))
+			}
+		}
+		return nil
+	})
+	put(t, ms[2], "y", "2")
+}
+
+func cs2ID(t testing.TB, m *member, name string) uint64 {
+	t.Helper()
+	r, err := m.cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pm := range r.Members {
+		if pm.Name == name {
+			return pm.ID
+		}
+	}
+	t.Fatalf("no member %s", name)
+	return 0
+}
+
+func toEtcdErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return rpctypes.Error(err)
+	}
+	return err
+}
+
+// A data dir remembers whose it is: another member's name or another
+// cluster's token is refused with a clear error, and joining a cluster no
+// peer of which answers fails instead of starting alone.
+func TestDataDirIdentity(t *testing.T) {
+	c := testConfig(t, "bolt", t.TempDir())
+	m := startMember(t, c)
+	put(t, m, "a", "1")
+	m.stop()
+
+	other := *c
+	other.Name = "m2"
+	other.InitialCluster = "m2=" + c.InitialAdvertisePeerURLs
+	if err := startErr(t, &other); err == nil || !strings.Contains(err.Error(), `belongs to member "m1"`) {
+		t.Fatalf("start with another name: %v", err)
+	}
+	tok := *c
+	tok.InitialClusterToken = "another-cluster"
+	if err := startErr(t, &tok); err == nil || !strings.Contains(err.Error(), "mismatched cluster ID") {
+		t.Fatalf("start with another token: %v", err)
+	}
+	startMember(t, c).stop()
+
+	join := testConfig(t, "bolt", t.TempDir())
+	join.Name = "j"
+	join.InitialCluster = "j=" + join.InitialAdvertisePeerURLs + ",gone=http://127.0.0.1:1"
+	join.InitialClusterState = "existing"
+	if err := startErr(t, join); err == nil || !strings.Contains(err.Error(), "join existing cluster") {
+		t.Fatalf("join with no peer: %v", err)
+	}
+}
+
+// startErr starts a member expected to fail and returns why.
+func startErr(t testing.TB, c *config.Config) error {
+	t.Helper()
+	app := fx.New(fx.Supply(c, zap.NewNop()), fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }), Module())
+	if err := app.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	err := app.Start(ctx)
+	if err == nil {
+		_ = app.Stop(ctx)
+	}
+	return err
+}
+
+// metric sums the samples of a metric on a member's /metrics.
+func metric(t testing.TB, c *config.Config, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.AdvertiseClientURLs + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
