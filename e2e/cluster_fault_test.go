@@ -343,46 +343,59 @@ func TestClusterMajorityLoss(t *testing.T) {
 	})
 }
 
-// TestClusterMembership grows a cluster with a learner that needs a raft
-// snapshot, promotes it, removes an original member, and adds and removes
-// an unreachable member, checking quorum and writes at each step.
-func TestClusterMembership(t *testing.T) {
+// addCaughtUpLearner adds a learner m3 to c after preload keys under
+// mem/pre/, waits until it serves the writes serializably, and checks that
+// it refuses a Put and a linearizable Get with etcd's error.
+func addCaughtUpLearner(t *testing.T, c *harness.Cluster, cli *clientv3.Client, preload int) (*harness.Process, *clientv3.Client) {
+	t.Helper()
+	loadParallel(t, cli, "mem/pre/", preload, 16)
+	learner := c.AddMember(t, "m3", true)
+	lc := c.ClientFor(t, learner.Endpoint())
+	_, err := cli.Put(testCtx(t), "mem/last", "v")
+	mustOK(t, "put after adding the learner", err)
+	eventually(t, "learner serves the last write serializably", convergeTimeout, func() error {
+		g, err := lc.Get(shortCtx(t, 2*time.Second), "mem/last", clientv3.WithSerializable())
+		if err != nil {
+			return err
+		}
+		if len(g.Kvs) != 1 {
+			return fmt.Errorf("mem/last not there yet (revision %d)", g.Header.Revision)
+		}
+		return nil
+	})
+	g, err := lc.Get(testCtx(t), "mem/pre/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	mustOK(t, "count on the learner", err)
+	if g.Count != int64(preload) {
+		t.Errorf("learner holds %d preloaded keys, want %d", g.Count, preload)
+	}
+	_, err = lc.Put(shortCtx(t, 5*time.Second), "mem/learner", "v")
+	wantErr(t, "put on a learner", err, rpctypes.Error(rpctypes.ErrGRPCNotSupportedForLearner))
+	_, err = lc.Get(shortCtx(t, 5*time.Second), "mem/last")
+	wantErr(t, "linearizable get on a learner", err, rpctypes.Error(rpctypes.ErrGRPCNotSupportedForLearner))
+	return learner, lc
+}
+
+// TestClusterLearnerSnapshot adds a learner after enough writes that the
+// leader has compacted its raft log past the start (snapshot-count 1000
+// plus the 5000 entries etcd keeps for slow followers), so the learner
+// can only catch up through a raft snapshot.
+func TestClusterLearnerSnapshot(t *testing.T) {
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		opts := faultOptions(engine)
 		opts.SnapshotCount = 1000
 		c := harness.StartCluster(t, 3, opts)
+		addCaughtUpLearner(t, c, c.Client(t), 7000)
+	})
+}
+
+// TestClusterMembership adds a learner, promotes it, removes an original
+// member, and adds and removes an unreachable member, checking quorum and
+// writes at each step.
+func TestClusterMembership(t *testing.T) {
+	forEachClusterEngine(t, func(t *testing.T, engine string) {
+		c := harness.StartCluster(t, 3, faultOptions(engine))
 		cli := c.Client(t)
-
-		// Enough entries that the leader has compacted its raft log past
-		// the start (snapshot-count 1000 plus the 5000 entries etcd keeps
-		// for slow followers): the learner must get a snapshot.
-		const preload = 7000
-		loadParallel(t, cli, "mem/pre/", preload, 16)
-
-		learner := c.AddMember(t, "m3", true)
-		lc := c.ClientFor(t, learner.Endpoint())
-		_, err := cli.Put(testCtx(t), "mem/last", "v")
-		mustOK(t, "put after adding the learner", err)
-		caughtUp := func() error {
-			g, err := lc.Get(shortCtx(t, 2*time.Second), "mem/last", clientv3.WithSerializable())
-			if err != nil {
-				return err
-			}
-			if len(g.Kvs) != 1 {
-				return fmt.Errorf("mem/last not there yet (revision %d)", g.Header.Revision)
-			}
-			return nil
-		}
-		eventually(t, "learner serves the last write serializably", convergeTimeout, caughtUp)
-		g, err := lc.Get(testCtx(t), "mem/pre/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
-		mustOK(t, "count on the learner", err)
-		if g.Count != preload {
-			t.Errorf("learner holds %d preloaded keys, want %d", g.Count, preload)
-		}
-		_, err = lc.Put(shortCtx(t, 5*time.Second), "mem/learner", "v")
-		wantErr(t, "put on a learner", err, rpctypes.Error(rpctypes.ErrGRPCNotSupportedForLearner))
-		_, err = lc.Get(shortCtx(t, 5*time.Second), "mem/last")
-		wantErr(t, "linearizable get on a learner", err, rpctypes.Error(rpctypes.ErrGRPCNotSupportedForLearner))
+		learner, lc := addCaughtUpLearner(t, c, cli, 100)
 
 		id := c.MemberID(t, learner)
 		eventually(t, "promote the learner", 30*time.Second, func() error {
