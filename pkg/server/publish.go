@@ -21,9 +21,15 @@ type publisher struct {
 	api *api.Server
 	cl  *membership.Cluster
 	lg  *zap.Logger
+	// done is closed when Run returns: published, or stopping.
+	done chan struct{}
 }
 
+// Done is closed once the attributes are published (or the member stops).
+func (p *publisher) Done() <-chan struct{} { return p.done }
+
 func (p *publisher) Run(ctx context.Context) error {
+	defer close(p.done)
 	urls, err := p.c.AdvertiseClientURLsList()
 	if err != nil {
 		return err

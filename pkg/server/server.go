@@ -260,7 +260,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 	a.Expirer = newExpirer(c, n, lm, s, lg)
 	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
 	wal.InstallSnapshot = inst.install
-	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg}
+	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg, done: make(chan struct{})}
 	g.Hook(lc)
 	return a, nil
 }
@@ -290,7 +290,10 @@ func startActors(lc fx.Lifecycle, a *Actors) {
 	}})
 }
 
-func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics, lg *zap.Logger) error {
+// serveClients binds the client URLs at start but serves them only once
+// this member's attributes are published (as etcd: a client that connects
+// earlier waits), so MemberList on any member already shows its client URLs.
+func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, mt *Metrics, lg *zap.Logger) error {
 	urls, err := c.ClientURLs()
 	if err != nil {
 		return fmt.Errorf("listen-client-urls: %w", err)
@@ -311,6 +314,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics,
 	healthpb.RegisterHealthServer(g, hs)
 	hsrv := &http.Server{Handler: httpHandler(s, mt, c.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
 	var splits []*splitListener
+	stopc := make(chan struct{})
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			for _, u := range urls {
@@ -323,22 +327,30 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics,
 				}
 				splits = append(splits, newSplitListener(ln))
 			}
-			for _, sl := range splits {
-				lg.Info("serving client requests (gRPC and HTTP)", zap.String("address", sl.ln.Addr().String()))
-				go func(sl *splitListener) {
-					if err := g.Serve(sl.grpc); err != nil {
-						lg.Warn("grpc serve ended", zap.Error(err))
-					}
-				}(sl)
-				go func(sl *splitListener) {
-					if err := hsrv.Serve(sl.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						lg.Warn("http serve ended", zap.Error(err))
-					}
-				}(sl)
-			}
+			go func() {
+				select {
+				case <-a.Publisher.Done():
+				case <-stopc:
+					return
+				}
+				for _, sl := range splits {
+					lg.Info("serving client requests (gRPC and HTTP)", zap.String("address", sl.ln.Addr().String()))
+					go func(sl *splitListener) {
+						if err := g.Serve(sl.grpc); err != nil {
+							lg.Warn("grpc serve ended", zap.Error(err))
+						}
+					}(sl)
+					go func(sl *splitListener) {
+						if err := hsrv.Serve(sl.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+							lg.Warn("http serve ended", zap.Error(err))
+						}
+					}(sl)
+				}
+			}()
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
+			close(stopc)
 			_ = hsrv.Close()
 			done := make(chan struct{})
 			go func() { g.GracefulStop(); close(done) }()
