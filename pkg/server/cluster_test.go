@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +13,16 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
 )
 
@@ -373,4 +378,54 @@ func metric(t testing.TB, c *config.Config, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// A member whose backend diverged from its peers' is refused at start with
+// initial-corrupt-check; a healthy one starts.
+func TestInitialCorruptCheck(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt")
+	for _, c := range cs {
+		c.InitialCorruptCheck = true
+	}
+	ms := startCluster(t, cs)
+	for i := 0; i < 20; i++ {
+		put(t, ms[0], fmt.Sprintf("k%d", i), "v")
+	}
+	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+	ms[2].stop()
+	ms[2] = startMember(t, cs[2]) // the check passes on equal data
+	ms[2].stop()
+
+	be, err := bolt.Open(backend.Options{Dir: cs[2].BackendDir()}, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = be.Update(func(tx backend.WriteTx) error {
+		var k, v []byte
+		if err := tx.Range(backend.Key, nil, nil, 0, func(kk, vv []byte) bool {
+			k, v = bytes.Clone(kk), bytes.Clone(vv)
+			return true
+		}); err != nil {
+			return err
+		}
+		kv := &mvccpb.KeyValue{}
+		if err := proto.Unmarshal(v, kv); err != nil {
+			return err
+		}
+		kv.Value = []byte("diverged")
+		nv, err := proto.Marshal(kv)
+		if err != nil {
+			return err
+		}
+		return tx.Put(backend.Key, k, nv)
+	})
+	if cerr := be.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("corrupt m3's backend: %v", err)
+	}
+	if err := startErr(t, cs[2]); err == nil || !strings.Contains(err.Error(), "data inconsistency") {
+		t.Fatalf("start of a diverged member: %v, want a data inconsistency error", err)
+	}
 }
