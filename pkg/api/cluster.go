@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/membership"
@@ -334,22 +335,90 @@ func learnerAllowed(req any) bool {
 
 func etcdMethod(full string) bool { return strings.HasPrefix(full, "/etcdserverpb.") }
 
-// UnaryInterceptor refuses what a learner must not serve.
+// requireLeader reports whether the client asked to be refused when this
+// member has no leader (clientv3.WithRequireLeader).
+func requireLeader(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return false
+	}
+	v := md.Get(rpctypes.MetadataRequireLeaderKey)
+	return len(v) > 0 && v[0] == rpctypes.MetadataHasLeader
+}
+
+// UnaryInterceptor refuses what a learner must not serve, and requests that
+// require a leader while there is none.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if etcdMethod(info.FullMethod) && s.Cluster.IsLearner(s.Raft.ID()) && !learnerAllowed(req) {
-			return nil, rpctypes.ErrGRPCNotSupportedForLearner
+		if etcdMethod(info.FullMethod) {
+			if s.Cluster.IsLearner(s.Raft.ID()) && !learnerAllowed(req) {
+				return nil, rpctypes.ErrGRPCNotSupportedForLearner
+			}
+			if requireLeader(ctx) && s.Raft.Leader() == raft.None {
+				return nil, rpctypes.ErrGRPCNoLeader
+			}
 		}
 		return h(ctx, req)
 	}
 }
 
-// StreamInterceptor refuses every stream on a learner, as etcd does.
+// StreamInterceptor refuses every stream on a learner, as etcd does. A
+// stream that requires a leader is refused without one, and ended with
+// etcd's "no leader" once the member has been without a leader for three
+// election timeouts (etcd's monitorLeader), so watchers of a partitioned
+// member move to another.
 func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if etcdMethod(info.FullMethod) && s.Cluster.IsLearner(s.Raft.ID()) {
+		if !etcdMethod(info.FullMethod) {
+			return h(srv, ss)
+		}
+		if s.Cluster.IsLearner(s.Raft.ID()) {
 			return rpctypes.ErrGRPCNotSupportedForLearner
 		}
-		return h(srv, ss)
+		if !requireLeader(ss.Context()) {
+			return h(srv, ss)
+		}
+		if s.Raft.Leader() == raft.None {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		ctx, cancel := context.WithCancelCause(ss.Context())
+		defer cancel(nil)
+		go s.monitorLeader(ctx, cancel)
+		err := h(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+		if errors.Is(context.Cause(ctx), errLeaderLost) {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		return err
 	}
 }
+
+var errLeaderLost = errors.New("leader lost")
+
+func (s *Server) monitorLeader(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(s.cfg.ElectionTimeout)
+	defer t.Stop()
+	missed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.Raft.Leader() != raft.None {
+			missed = 0
+			continue
+		}
+		if missed++; missed >= 3 {
+			cancel(errLeaderLost)
+			return
+		}
+	}
+}
+
+// ctxStream is a server stream with another context.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *ctxStream) Context() context.Context { return c.ctx }

@@ -45,6 +45,9 @@ type Config struct {
 	MaxRequestBytes int
 	// RequestTimeout bounds a request's wait for raft (etcd: 5s + 2 election timeouts).
 	RequestTimeout time.Duration
+	// ElectionTimeout paces the watch on leader loss of streams that
+	// require a leader; default 1 s.
+	ElectionTimeout time.Duration
 	// QuotaBytes is reported as db_size_quota.
 	QuotaBytes int64
 	Version    string
@@ -100,6 +103,9 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if d.Logger == nil {
 		d.Logger = zap.NewNop()
+	}
+	if cfg.ElectionTimeout <= 0 {
+		cfg.ElectionTimeout = time.Second
 	}
 	s := &Server{cfg: cfg, Deps: d, tracing: tracing}
 	s.ids.init(d.Raft.ID(), time.Now())

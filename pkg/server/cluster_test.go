@@ -18,6 +18,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -427,5 +428,64 @@ func TestInitialCorruptCheck(t *testing.T) {
 	}
 	if err := startErr(t, cs[2]); err == nil || !strings.Contains(err.Error(), "data inconsistency") {
 		t.Fatalf("start of a diverged member: %v, want a data inconsistency error", err)
+	}
+}
+
+// clientv3.WithRequireLeader: once a member has lost its leader, a watch
+// stream that requires one ends with etcd's "no leader", and a request
+// that requires one is refused, as etcd does; without the metadata the
+// stream stays open.
+func TestRequireLeader(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt")
+	ms := startCluster(t, cs)
+	put(t, ms[0], "w", "0")
+	rl := metadata.AppendToOutgoingContext(context.Background(), rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader)
+	ctx, cancel := context.WithCancel(rl)
+	defer cancel()
+	w, err := pb.NewWatchClient(ms[0].conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := pb.NewWatchClient(ms[0].conn).Watch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []pb.Watch_WatchClient{w, plain} {
+		if err := s.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("w")}}}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Recv(); err != nil || !r.Created {
+			t.Fatalf("create watch: %v %v", r, err)
+		}
+	}
+	ms[1].stop()
+	ms[2].stop()
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := w.Recv(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		if !errors.Is(toEtcdErr(err), rpctypes.ErrNoLeader) {
+			t.Fatalf("watch ended with %v, want no leader", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch that requires a leader still open 20 s after the quorum went away")
+	}
+	rctx, rcancel := context.WithTimeout(rl, 5*time.Second)
+	defer rcancel()
+	if _, err := ms[0].kv.Range(rctx, &pb.RangeRequest{Key: []byte("w"), Serializable: true}); !errors.Is(toEtcdErr(err), rpctypes.ErrNoLeader) {
+		t.Fatalf("range requiring a leader: %v, want no leader", err)
+	}
+	if _, err := ms[0].kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("w"), Serializable: true}); err != nil {
+		t.Fatalf("serializable range without the requirement: %v", err)
+	}
+	if err := plain.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}); err != nil {
+		t.Fatalf("the plain watch stream ended: %v", err)
 	}
 }

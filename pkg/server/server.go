@@ -203,6 +203,7 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
 		RequestTimeout:  5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond,
+		ElectionTimeout: time.Duration(c.ElectionTimeout) * time.Millisecond,
 		QuotaBytes:      c.QuotaBytes(),
 		Version:         Version,
 	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub})
