@@ -489,3 +489,112 @@ func TestRequireLeader(t *testing.T) {
 		t.Fatalf("the plain watch stream ended: %v", err)
 	}
 }
+
+// leaderIndex returns the index of the member that leads.
+func leaderIndex(t testing.TB, ms []*member) int {
+	t.Helper()
+	var idx int
+	eventually(t, "a leader", func() error {
+		for i, m := range ms {
+			if m.app == nil {
+				continue
+			}
+			st, err := m.maint().Status(ctx5(t), &pb.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			if st.Leader == st.Header.MemberId {
+				idx = i
+				return nil
+			}
+		}
+		return errors.New("no member leads")
+	})
+	return idx
+}
+
+// Leases in a cluster: keep-alives and time-to-live work through any
+// member (followers relay them), the lease survives a leadership transfer
+// (extended on promotion), and once keep-alives stop the new leader
+// revokes it and its key goes.
+func TestLeasesAcrossLeaderChange(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt")
+	ms := startCluster(t, cs)
+	lead := leaderIndex(t, ms)
+	f1, f2 := (lead+1)%3, (lead+2)%3
+	lc := pb.NewLeaseClient(ms[f1].conn)
+	var g *pb.LeaseGrantResponse
+	eventually(t, "grant", func() (err error) {
+		g, err = lc.LeaseGrant(ctx5(t), &pb.LeaseGrantRequest{TTL: 3})
+		return err
+	})
+	if _, err := ms[f2].kv.Put(ctx5(t), &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "client URLs published", func() error {
+		r, err := ms[f1].cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+		if err != nil {
+			return err
+		}
+		for _, pm := range r.Members {
+			if len(pm.ClientURLs) == 0 {
+				return fmt.Errorf("%s has no client URLs", pm.Name)
+			}
+		}
+		return nil
+	})
+	ka, err := pb.NewLeaseClient(ms[f2].conn).LeaseKeepAlive(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepAlive := func() {
+		t.Helper()
+		if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: g.ID}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ka.Recv()
+		if err != nil || r.TTL != 3 {
+			t.Fatalf("keep-alive through a follower: %v %v", r, err)
+		}
+	}
+	keepAlive()
+	if _, err := ms[lead].maint().MoveLeader(ctx5(t), &pb.MoveLeaderRequest{TargetID: mustID(t, ms[f1])}); err != nil {
+		t.Fatalf("move leader: %v", err)
+	}
+	if got := leaderIndex(t, ms); got != f1 {
+		t.Fatalf("leader is m%d after moving it to m%d", got+1, f1+1)
+	}
+	eventually(t, "keep-alive after the transfer", func() error {
+		if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: g.ID}); err != nil {
+			return err
+		}
+		r, err := ka.Recv()
+		if err == nil && r.TTL != 3 {
+			err = fmt.Errorf("TTL %d", r.TTL)
+		}
+		return err
+	})
+	ttl, err := pb.NewLeaseClient(ms[lead].conn).LeaseTimeToLive(ctx5(t), &pb.LeaseTimeToLiveRequest{ID: g.ID, Keys: true})
+	if err != nil || ttl.TTL <= 0 || len(ttl.Keys) != 1 {
+		t.Fatalf("time-to-live on the old leader: %v %v", ttl, err)
+	}
+	_ = ka.CloseSend()
+	// Unrenewed: the lease expires (TTL plus at most the promotion
+	// extension) and the leader revokes it.
+	eventually(t, "key deleted at expiry", func() error {
+		r, err := ms[f2].kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("leased")})
+		if err == nil && len(r.Kvs) != 0 {
+			err = errors.New("still there")
+		}
+		return err
+	})
+}
+
+func mustID(t testing.TB, m *member) uint64 {
+	t.Helper()
+	st, err := m.maint().Status(ctx5(t), &pb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Header.MemberId
+}
