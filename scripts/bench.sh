@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: kvd (bolt), kvd (badger) and etcd v3.7.3, each a
-# fresh single member on loopback, driven one at a time by tools/bench with the
-# same settings. Prints a markdown table and the kvd/etcd ratios on stdout;
-# progress goes to stderr. See docs/benchmarks.md.
+# fresh single member (or, with --members N, a fresh N-member cluster) on
+# loopback, driven one at a time by tools/bench with the same settings. Prints
+# a markdown table and the kvd/etcd ratios on stdout; progress goes to stderr.
+# See docs/benchmarks.md.
 #
 # A server that cannot be built or started gets "failed" rows; the others run.
 set -euo pipefail
@@ -19,14 +20,22 @@ usage: scripts/bench.sh [options]
   -r, --rounds N       run every server N times, in rotated order, and report
                        medians; evens out a machine whose load drifts
                        (default 1; env BENCH_ROUNDS)
-  -c, --clients N      concurrent request loops (default 100; env BENCH_CLIENTS)
-      --conns N        gRPC connections (default 10; env BENCH_CONNS)
+  -c, --clients N      concurrent request loops of a workload without its own
+                       count (default 100; env BENCH_CLIENTS)
+      --conns N        gRPC connections (default 10, with --members N: 4N;
+                       env BENCH_CONNS)
+  -m, --members N      start each server as an N-member cluster and spread the
+                       connections over all members (default 1; env BENCH_MEMBERS)
   -s, --servers LIST   servers to run, in order (default "kvd-bolt kvd-badger etcd";
                        env BENCH_SERVERS)
       --workloads LIST workloads to run (default "put range-key-s range-key-l
-                       range-prefix-s txn"; env BENCH_WORKLOADS)
-      --port P         client port P, peer port P+1 (default 23790; env BENCH_PORT)
+                       range-prefix-s txn", with --members N > 1: "put@1 put@16
+                       put@100 range-key-l range-key-s"; env BENCH_WORKLOADS);
+                       W@C runs workload W with C clients
+      --port P         member i gets client port P+10i, peer port P+10i+1
+                       (default 23790; env BENCH_PORT)
   -o, --out FILE       also write the tables to FILE
+      --keep-logs DIR  copy the server logs (one per member and round) to DIR
   -h, --help
 
 Binaries: bin/kvd is built from ./cmd/kvd and bin/etcd from e2e/cmd/etcd,
@@ -36,15 +45,17 @@ EOF
 }
 
 duration=${BENCH_DURATION:-4s}
+members=${BENCH_MEMBERS:-1}
 total=${BENCH_TOTAL:-}
 warmup=${BENCH_WARMUP:-1s}
 rounds=${BENCH_ROUNDS:-1}
 clients=${BENCH_CLIENTS:-100}
-conns=${BENCH_CONNS:-10}
+conns=${BENCH_CONNS:-}
 servers=${BENCH_SERVERS:-"kvd-bolt kvd-badger etcd"}
-workloads=${BENCH_WORKLOADS:-"put range-key-s range-key-l range-prefix-s txn"}
+workloads=${BENCH_WORKLOADS:-}
 port=${BENCH_PORT:-23790}
 out=""
+keep_logs=""
 # A hung server must not hang the script: each tool run gets this long.
 run_timeout=${BENCH_RUN_TIMEOUT:-300}
 
@@ -56,37 +67,67 @@ while [ $# -gt 0 ]; do
 	-r | --rounds) rounds=$2; shift 2 ;;
 	-c | --clients) clients=$2; shift 2 ;;
 	--conns) conns=$2; shift 2 ;;
+	-m | --members) members=$2; shift 2 ;;
 	-s | --servers) servers=$2; shift 2 ;;
 	--workloads) workloads=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	-o | --out) out=$2; shift 2 ;;
+	--keep-logs) keep_logs=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 1 ;;
 	esac
 done
 
+case $members in
+'' | *[!0-9]* | 0) echo "bench.sh: --members must be a positive integer, got '$members'" >&2; exit 1 ;;
+esac
+if [ -z "$conns" ]; then
+	conns=10
+	# A multiple of the member count gives every member the same share.
+	[ "$members" -gt 1 ] && conns=$((4 * members))
+fi
+if [ -z "$workloads" ]; then
+	workloads="put range-key-s range-key-l range-prefix-s txn"
+	[ "$members" -gt 1 ] && workloads="put@1 put@16 put@100 range-key-l range-key-s"
+fi
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-peer_port=$((port + 1))
-client_url=http://127.0.0.1:$port
-peer_url=http://127.0.0.1:$peer_port
+
+# Member i listens for clients on P+10i and for peers on P+10i+1.
+client_urls=() peer_urls=() names=()
+initial_cluster=""
+for ((i = 0; i < members; i++)); do
+	client_urls+=("http://127.0.0.1:$((port + 10 * i))")
+	peer_urls+=("http://127.0.0.1:$((port + 10 * i + 1))")
+	if [ "$members" -eq 1 ]; then names+=(b); else names+=("m$i"); fi
+	initial_cluster+="${initial_cluster:+,}${names[i]}=${peer_urls[i]}"
+done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-bench.XXXXXX")
-server_pid=""
+server_pids=()
 reason=""
+# The client endpoints of the running server, followers first, leader last.
+endpoints=""
 
 log() { printf 'bench.sh: %s\n' "$*" >&2; }
 
+# stop_server: SIGTERM every member, SIGKILL whatever is left after 10s.
 stop_server() {
-	[ -n "$server_pid" ] || return 0
-	kill "$server_pid" 2>/dev/null || true
+	[ ${#server_pids[@]} -gt 0 ] || return 0
+	local pid alive
+	for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	for _ in $(seq 100); do
-		kill -0 "$server_pid" 2>/dev/null || break
+		alive=""
+		for pid in "${server_pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		[ -n "$alive" ] || break
 		sleep 0.1
 	done
-	kill -9 "$server_pid" 2>/dev/null || true
-	wait "$server_pid" 2>/dev/null || true
-	server_pid=""
+	for pid in "${server_pids[@]}"; do
+		kill -9 "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	server_pids=()
 }
 
 cleanup() {
@@ -96,9 +137,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# workload_args NAME: the tool's command line for one workload.
+# workload_args NAME[@CLIENTS]: the tool's command line for one workload.
 workload_args() {
-	case $1 in
+	case ${1%@*} in
 	put) echo "put --key-size 8 --val-size 256 --key-space-size 10000" ;;
 	range-key-s) echo "range --key bench/key --preload 1 --val-size 256 --consistency s" ;;
 	range-key-l) echo "range --key bench/key --preload 1 --val-size 256 --consistency l" ;;
@@ -109,13 +150,24 @@ workload_args() {
 }
 
 workload_label() {
-	case $1 in
-	put) echo "put" ;;
-	range-key-s) echo "range 1 key, serializable" ;;
-	range-key-l) echo "range 1 key, linearizable" ;;
-	range-prefix-s) echo "range 1,000-key prefix, serializable" ;;
-	txn) echo "txn compare-and-put" ;;
+	local label
+	case ${1%@*} in
+	put) label="put" ;;
+	range-key-s) label="range 1 key, serializable" ;;
+	range-key-l) label="range 1 key, linearizable" ;;
+	range-prefix-s) label="range 1,000-key prefix, serializable" ;;
+	txn) label="txn compare-and-put" ;;
 	esac
+	case $1 in
+	*@1) label+=", 1 client" ;;
+	*@*) label+=", ${1##*@} clients" ;;
+	esac
+	echo "$label"
+}
+
+# workload_clients NAME[@CLIENTS]: the client count of one workload.
+workload_clients() {
+	if [ "$1" != "${1%@*}" ]; then echo "${1##*@}"; else echo "$clients"; fi
 }
 
 case $rounds in
@@ -130,6 +182,9 @@ for s in "${server_list[@]}"; do
 done
 for w in $workloads; do
 	workload_args "$w" >/dev/null || { echo "bench.sh: unknown workload $w" >&2; exit 1; }
+	case $(workload_clients "$w") in
+	'' | *[!0-9]* | 0) echo "bench.sh: bad client count in workload $w" >&2; exit 1 ;;
+	esac
 done
 
 bound=(--duration "$duration")
@@ -174,46 +229,104 @@ fi
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# start_server SERVER: start a fresh member and wait until it serves a
-# linearizable read (so it has a leader). Returns 1 with the reason in
-# $reason. Not for a subshell: it sets $server_pid for the cleanup.
+# metric URL NAME: the value of an unlabelled Prometheus metric, empty if
+# the member does not answer.
+metric() {
+	curl -s --max-time 2 "$1/metrics" 2>/dev/null | sed -n "s/^$2 \([0-9.e+-]*\)\$/\1/p" | head -1
+}
+
+# members_alive SERVER ROUND: 0 when every member still runs; else 1 with the
+# reason (and the dead member's last log line) in $reason.
+members_alive() {
+	local i
+	for i in "${!server_pids[@]}"; do
+		if ! kill -0 "${server_pids[i]}" 2>/dev/null; then
+			reason="member ${names[i]} exited: $(tail -1 "$work/$1.r$2.${names[i]}.log")"
+			return 1
+		fi
+	done
+}
+
+# start_server SERVER ROUND: start a fresh cluster of $members members and
+# wait until every member serves a linearizable read and exactly one member
+# is leader with the others following it. Sets $endpoints (followers first,
+# leader last: a one-client workload goes through a follower, as it would for
+# two clients in three). Returns 1 with the reason in $reason. Not for a
+# subshell: it sets $server_pids for the cleanup.
 start_server() {
-	local s=$1 kind=${1%%-*} data=$work/$1.data
-	local srv_log=$work/$1.log
+	local s=$1 r=$2 kind=${1%%-*} data=$work/$1.data i
 	if [ -n "${missing[$kind]:-}" ]; then
 		reason=${missing[$kind]}
 		return 1
 	fi
-	if port_busy "$port" || port_busy "$peer_port"; then
-		reason="port $port or $peer_port already in use"
-		return 1
-	fi
-	local args=(--name b --data-dir "$data"
-		--listen-client-urls "$client_url" --advertise-client-urls "$client_url"
-		--listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url"
-		--initial-cluster "b=$peer_url")
-	case $s in
-	kvd-bolt) args+=(--backend bolt) ;;
-	kvd-badger) args+=(--backend badger) ;;
-	esac
-	"${bin_of[$kind]}" "${args[@]}" >"$srv_log" 2>&1 &
-	server_pid=$!
-	for _ in $(seq 60); do
-		if ! kill -0 "$server_pid" 2>/dev/null; then
-			wait "$server_pid" 2>/dev/null || true
-			server_pid=""
-			reason="exited at start: $(tail -1 "$srv_log")"
+	for ((i = 0; i < members; i++)); do
+		if port_busy "$((port + 10 * i))" || port_busy "$((port + 10 * i + 1))"; then
+			reason="port $((port + 10 * i)) or $((port + 10 * i + 1)) already in use"
 			return 1
 		fi
-		if "$bench" --endpoints "$client_url" --clients 1 --conns 1 --total 1 --dial-timeout 1s \
-			--request-timeout 1s range --key bench/ready --consistency l >/dev/null 2>&1; then
+	done
+	for ((i = 0; i < members; i++)); do
+		local args=(--name "${names[i]}" --data-dir "$data/${names[i]}"
+			--listen-client-urls "${client_urls[i]}" --advertise-client-urls "${client_urls[i]}"
+			--listen-peer-urls "${peer_urls[i]}" --initial-advertise-peer-urls "${peer_urls[i]}"
+			--initial-cluster "$initial_cluster")
+		[ "$members" -gt 1 ] && args+=(--initial-cluster-state new --initial-cluster-token "bench-$s-$r")
+		case $s in
+		kvd-bolt) args+=(--backend bolt) ;;
+		kvd-badger) args+=(--backend badger) ;;
+		esac
+		"${bin_of[$kind]}" "${args[@]}" >"$work/$s.r$r.${names[i]}.log" 2>&1 &
+		server_pids+=($!)
+	done
+	local deadline=$((SECONDS + 30 + 10 * members)) ready leaders leader followers
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		if ! members_alive "$s" "$r"; then
+			stop_server
+			reason="at start, $reason"
+			return 1
+		fi
+		ready=1
+		for ((i = 0; i < members; i++)); do
+			if ! "$bench" --endpoints "${client_urls[i]}" --clients 1 --conns 1 --total 1 --dial-timeout 1s \
+				--request-timeout 1s range --key bench/ready --consistency l >/dev/null 2>&1; then
+				ready=""
+				break
+			fi
+		done
+		if [ -n "$ready" ] && [ "$members" -eq 1 ]; then
+			endpoints=${client_urls[0]}
 			return 0
+		fi
+		if [ -n "$ready" ]; then
+			leaders=0 leader="" followers=""
+			for ((i = 0; i < members; i++)); do
+				case "$(metric "${client_urls[i]}" etcd_server_has_leader)/$(metric "${client_urls[i]}" etcd_server_is_leader)" in
+				1/1) leaders=$((leaders + 1)); leader=${client_urls[i]} ;;
+				1/0) followers+="${client_urls[i]}," ;;
+				esac
+			done
+			if [ "$leaders" -eq 1 ] && [ -n "$leader" ] &&
+				[ "$(tr -cd , <<<"$followers" | wc -c)" -eq $((members - 1)) ]; then
+				endpoints=$followers$leader
+				log "$s: leader ${leader}"
+				return 0
+			fi
 		fi
 		sleep 0.5
 	done
 	stop_server
-	reason="not serving after 30s: $(tail -1 "$srv_log")"
+	reason="not serving with one leader after $((30 + 10 * members))s: $(tail -1 "$work/$s.r$r.${names[0]}.log")"
 	return 1
+}
+
+# leader_changes: the sum over members of etcd_server_leader_changes_seen_total.
+leader_changes() {
+	local i n sum=0
+	for ((i = 0; i < members; i++)); do
+		n=$(metric "${client_urls[i]}" etcd_server_leader_changes_seen_total)
+		sum=$(awk -v a="$sum" -v b="${n:-0}" 'BEGIN { print a + b }')
+	done
+	echo "$sum"
 }
 
 # jfield JSON NAME: a top-level or nested field of the tool's one-line JSON.
@@ -224,12 +337,16 @@ jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
 declare -A rps p50 p99 p999 errs fail
 
 run_workload() {
-	local s=$1 w=$2 json rc=0
+	local s=$1 w=$2 r=$3 json rc=0
 	local -a wargs
 	read -ra wargs <<<"$(workload_args "$w")"
-	json=$(timeout --foreground --kill-after=5 "$run_timeout" "$bench" --endpoints "$client_url" \
-		--clients "$clients" --conns "$conns" "${bound[@]}" --warmup "$warmup" --json \
+	json=$(timeout --foreground --kill-after=5 "$run_timeout" "$bench" --endpoints "$endpoints" \
+		--clients "$(workload_clients "$w")" --conns "$conns" "${bound[@]}" --warmup "$warmup" --json \
 		"${wargs[@]}" 2>"$work/run.err") || rc=$?
+	if ! members_alive "$s" "$r"; then
+		fail[$s,$w]="failed: $reason"
+		return 1
+	fi
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
 		fail[$s,$w]="failed (exit $rc): $(tail -1 "$work/run.err")"
 		return
@@ -246,6 +363,14 @@ run_workload() {
 	fi
 }
 
+# save_logs SERVER ROUND: copy the members' logs to --keep-logs.
+save_logs() {
+	[ -n "$keep_logs" ] || return 0
+	mkdir -p "$keep_logs"
+	cp "$work/$1.r$2."*.log "$keep_logs/" 2>/dev/null || true
+}
+
+leader_notes=""
 start=$(date +%s)
 load_at_start=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
 for ((r = 0; r < rounds; r++)); do
@@ -253,17 +378,35 @@ for ((r = 0; r < rounds; r++)); do
 	for ((i = 0; i < n; i++)); do
 		s=${server_list[$(((i + r) % n))]}
 		log "round $((r + 1))/$rounds, $s: starting"
-		if ! start_server "$s"; then
+		if ! start_server "$s" "$r"; then
 			log "$s: $reason"
 			for w in $workloads; do fail[$s,$w]="failed: $reason"; done
+			save_logs "$s" "$r"
 			rm -rf "${work:?}/$s.data"
 			continue
 		fi
+		changes=$(leader_changes)
+		dead=""
 		for w in $workloads; do
+			if [ -n "$dead" ]; then
+				fail[$s,$w]="failed: $dead"
+				continue
+			fi
 			log "round $((r + 1))/$rounds, $s: $w"
-			run_workload "$s" "$w"
+			if ! run_workload "$s" "$w" "$r"; then
+				dead=$reason
+				log "$s: $reason"
+			fi
 		done
+		if [ -z "$dead" ] && [ "$members" -gt 1 ]; then
+			changes=$(awk -v a="$(leader_changes)" -v b="$changes" 'BEGIN { print a - b }')
+			if [ "$changes" != 0 ]; then
+				log "$s: leader changes seen while measuring (summed over members): $changes"
+				leader_notes+="round $((r + 1)) $s: $changes leader changes seen while measuring (summed over members). "
+			fi
+		fi
 		stop_server
+		save_logs "$s" "$r"
 		rm -rf "${work:?}/$s.data"
 	done
 done
@@ -295,10 +438,16 @@ tables() {
 	bound_text=${bound_text:-$duration}
 	local of_rounds=""
 	[ "$rounds" -gt 1 ] && of_rounds=", medians of $rounds rounds (req/s: min–max in brackets)"
-	echo "$clients clients over $conns connections, $bound_text per workload after $warmup warm-up$of_rounds;" \
+	local who="$clients clients over $conns connections"
+	[ "$members" -gt 1 ] && who="$members-member clusters, clients as labelled over $conns connections spread over the members"
+	echo "$who, $bound_text per workload after $warmup warm-up$of_rounds;" \
 		"$(nproc 2>/dev/null || echo "?") CPUs (load average at start $load_at_start), $(go env GOVERSION)," \
 		"kvd $(git rev-parse --short HEAD 2>/dev/null || echo "?")."
 	echo
+	if [ -n "$leader_notes" ]; then
+		echo "$leader_notes"
+		echo
+	fi
 	echo "| server | workload | req/s | p50 ms | p99 ms | p99.9 ms | errors |"
 	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
 	declare -A mrps mp99
