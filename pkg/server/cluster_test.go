@@ -598,3 +598,22 @@ func mustID(t testing.TB, m *member) uint64 {
 	}
 	return st.Header.MemberId
 }
+
+// Five members tolerate two down; with three down a write fails with
+// etcd's error instead of hanging, and succeeds again once one is back.
+func TestFiveMembersQuorum(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt", "badger", "bolt")
+	ms := startCluster(t, cs)
+	put(t, ms[4], "a", "1")
+	ms[0].stop()
+	ms[1].stop()
+	put(t, ms[3], "b", "2")
+	ms[2].stop()
+	_, err := ms[3].kv.Put(context.Background(), &pb.PutRequest{Key: []byte("c"), Value: []byte("3")})
+	if e := toEtcdErr(err); !errors.Is(e, rpctypes.ErrTimeout) && !errors.Is(e, rpctypes.ErrNoLeader) {
+		t.Fatalf("put without quorum: %v, want request timed out or no leader", err)
+	}
+	ms[2] = startMember(t, cs[2])
+	put(t, ms[4], "c", "3")
+	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+}
