@@ -124,6 +124,9 @@ type Config struct {
 	CorruptCheckTime                Duration `yaml:"corrupt-check-time"`
 	// WarningApplyDuration logs applies slower than this.
 	WarningApplyDuration Duration `yaml:"warning-apply-duration"`
+	// WatchProgressNotifyInterval is the period of progress notifications
+	// to watchers that asked for them (etcd's default 10m).
+	WatchProgressNotifyInterval Duration `yaml:"watch-progress-notify-interval"`
 	// UnsafeNoFsync skips WAL fsyncs. For tests only: a crash loses data.
 	UnsafeNoFsync bool `yaml:"unsafe-no-fsync"`
 
@@ -209,38 +212,39 @@ type Tracing struct {
 // sets name also moves data-dir and initial-cluster.
 func defaults() *Config {
 	return &Config{
-		Name:                       "default",
-		SnapshotCount:              10000,
-		SnapshotCatchupEntries:     5000,
-		MaxSnapshots:               5,
-		MaxWALs:                    5,
-		HeartbeatInterval:          100,
-		ElectionTimeout:            1000,
-		InitialElectionTickAdvance: true,
-		PreVote:                    true,
-		ListenClientURLs:           "http://127.0.0.1:2379",
-		AdvertiseClientURLs:        "http://127.0.0.1:2379",
-		ListenPeerURLs:             "http://127.0.0.1:2380",
-		InitialAdvertisePeerURLs:   "http://127.0.0.1:2380",
-		InitialClusterState:        ClusterStateNew,
-		InitialClusterToken:        "etcd-cluster",
-		StrictReconfigCheck:        true,
-		MaxTxnOps:                  128,
-		MaxRequestBytes:            1572864,
-		MaxConcurrentStreams:       math.MaxUint32,
-		GRPCKeepAliveMinTime:       Duration(5 * time.Second),
-		GRPCKeepAliveInterval:      Duration(2 * time.Hour),
-		GRPCKeepAliveTimeout:       Duration(20 * time.Second),
-		AutoCompactionMode:         CompactionPeriodic,
-		AutoCompactionRetention:    "0",
-		CompactionBatchLimit:       1000,
-		WarningApplyDuration:       Duration(100 * time.Millisecond),
-		AuthToken:                  "simple",
-		AuthTokenTTL:               300,
-		BcryptCost:                 10,
-		LogLevel:                   "info",
-		LogOutputs:                 []string{"default"},
-		LogFormat:                  "json",
+		Name:                        "default",
+		SnapshotCount:               10000,
+		SnapshotCatchupEntries:      5000,
+		MaxSnapshots:                5,
+		MaxWALs:                     5,
+		HeartbeatInterval:           100,
+		ElectionTimeout:             1000,
+		InitialElectionTickAdvance:  true,
+		PreVote:                     true,
+		ListenClientURLs:            "http://127.0.0.1:2379",
+		AdvertiseClientURLs:         "http://127.0.0.1:2379",
+		ListenPeerURLs:              "http://127.0.0.1:2380",
+		InitialAdvertisePeerURLs:    "http://127.0.0.1:2380",
+		InitialClusterState:         ClusterStateNew,
+		InitialClusterToken:         "etcd-cluster",
+		StrictReconfigCheck:         true,
+		MaxTxnOps:                   128,
+		MaxRequestBytes:             1572864,
+		MaxConcurrentStreams:        math.MaxUint32,
+		GRPCKeepAliveMinTime:        Duration(5 * time.Second),
+		GRPCKeepAliveInterval:       Duration(2 * time.Hour),
+		GRPCKeepAliveTimeout:        Duration(20 * time.Second),
+		AutoCompactionMode:          CompactionPeriodic,
+		AutoCompactionRetention:     "0",
+		CompactionBatchLimit:        1000,
+		WarningApplyDuration:        Duration(100 * time.Millisecond),
+		WatchProgressNotifyInterval: Duration(10 * time.Minute),
+		AuthToken:                   "simple",
+		AuthTokenTTL:                300,
+		BcryptCost:                  10,
+		LogLevel:                    "info",
+		LogOutputs:                  []string{"default"},
+		LogFormat:                   "json",
 		Backend: Backend{
 			Engine: EngineBolt,
 			Bolt: Bolt{

@@ -442,13 +442,14 @@ func TestRegisterFlagsBindsFields(t *testing.T) {
 		"--data-dir", "/d", "--wal-dir", "/w", "--quota-backend-bytes", "8589934592",
 		"--backend-batch-interval", "10ms", "--peer-cert-file", "p.crt", "--tracing-sampling-ratio", "0.5",
 		"--auto-compaction-mode", "revision", "--auto-compaction-retention", "100", "--max-txn-ops", "1000",
+		"--watch-progress-notify-interval", "2s",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DataDir != "/d" || c.WALDir != "/w" || c.QuotaBackendBytes != 8<<30 || c.BackendBatchInterval.Std() != 10*time.Millisecond ||
 		c.PeerTLS.CertFile != "p.crt" || c.Tracing.SamplingRatio != 0.5 || c.AutoCompactionMode != "revision" ||
-		c.AutoCompactionRetention != "100" || c.MaxTxnOps != 1000 {
+		c.AutoCompactionRetention != "100" || c.MaxTxnOps != 1000 || c.WatchProgressNotifyInterval.Std() != 2*time.Second {
 		t.Errorf("flags not bound: %+v", c)
 	}
 }

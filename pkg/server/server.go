@@ -186,8 +186,8 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membershi
 func newApplied(st *mvcc.Store) *apply.Applied { return apply.NewApplied(st.ConsistentIndex()) }
 
 // newWatchConfig is the watch hub's configuration; tests decorate it.
-func newWatchConfig(st *mvcc.Store, mt *Metrics, lg *zap.Logger) watchhub.Config {
-	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}}
+func newWatchConfig(c *config.Config, st *mvcc.Store, mt *Metrics, lg *zap.Logger) watchhub.Config {
+	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}, ProgressInterval: c.WatchProgressNotifyInterval.Std()}
 }
 
 func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) *api.Server {
