@@ -64,7 +64,7 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	typ := raftpb.ConfChangeAddNode
 	if r.IsLearner {
 		typ = raftpb.ConfChangeAddLearnerNode
-	} else if err := s.checkQuorumAfter(1); err != nil {
+	} else if err := s.checkQuorum(1, 0); err != nil {
 		return nil, err
 	}
 	if err := s.proposeConfChange(ctx, typ, m.ID, apply.ConfChangeContext{Member: m}); err != nil {
@@ -81,7 +81,7 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	if !m.IsLearner {
-		if err := s.checkRemoveKeepsQuorum(r.ID); err != nil {
+		if err := s.checkQuorum(0, r.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -126,7 +126,7 @@ func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 	if err := s.learnerReady(ctx, r.ID); err != nil {
 		return nil, err
 	}
-	if err := s.checkQuorumAfter(1); err != nil {
+	if err := s.checkQuorum(1, 0); err != nil {
 		return nil, err
 	}
 	m.IsLearner = false
@@ -154,38 +154,16 @@ func (s *Server) learnerReady(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// checkQuorumAfter refuses a change that adds voters when the voters that
-// are up would then fall short of a quorum (etcd's strict reconfiguration
-// check: "not enough started members").
-func (s *Server) checkQuorumAfter(added int) error {
+// checkQuorum refuses a change after which the voting members that are up
+// would fall short of a quorum: adding voters, or removing one (etcd's
+// strict reconfiguration check, "not enough started members").
+func (s *Server) checkQuorum(added int, removing uint64) error {
 	if s.PeerActive == nil {
 		return nil
 	}
-	voters, up := 0, 0
+	voters, up := added, 0
 	for _, m := range s.Cluster.Members() {
-		if m.IsLearner {
-			continue
-		}
-		voters++
-		if m.ID == s.Raft.ID() || s.PeerActive(m.ID) {
-			up++
-		}
-	}
-	if up < (voters+added)/2+1 {
-		return rpctypes.ErrGRPCMemberNotEnoughStarted
-	}
-	return nil
-}
-
-// checkRemoveKeepsQuorum refuses removing a voter when the voters left that
-// are up would fall short of a quorum.
-func (s *Server) checkRemoveKeepsQuorum(id uint64) error {
-	if s.PeerActive == nil {
-		return nil
-	}
-	voters, up := 0, 0
-	for _, m := range s.Cluster.Members() {
-		if m.IsLearner || m.ID == id {
+		if m.IsLearner || m.ID == removing {
 			continue
 		}
 		voters++
@@ -251,11 +229,7 @@ func (l *leaderConns) get(url string) (*grpc.ClientConn, error) {
 	if l.conn != nil {
 		l.conn.Close()
 	}
-	target := url
-	if i := strings.Index(target, "://"); i >= 0 {
-		target = target[i+3:]
-	}
-	conn, err := grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := DialClientURL(url)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +244,15 @@ func (l *leaderConns) close() {
 		l.conn.Close()
 		l.conn = nil
 	}
+}
+
+// DialClientURL connects to a member's client URL (http://host:port).
+func DialClientURL(url string) (*grpc.ClientConn, error) {
+	target := url
+	if i := strings.Index(target, "://"); i >= 0 {
+		target = target[i+3:]
+	}
+	return grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // leaderConn returns a connection to the leader's first client URL.

@@ -217,18 +217,7 @@ func TestMembershipChanges(t *testing.T) {
 	ms := startCluster(t, cs)
 	put(t, ms[0], "x", "1")
 	// A follower relays promotions to the leader's published client URL.
-	eventually(t, "client URLs published", func() error {
-		r, err := ms[2].cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
-		if err != nil {
-			return err
-		}
-		for _, pm := range r.Members {
-			if len(pm.ClientURLs) == 0 {
-				return fmt.Errorf("%s has no client URLs yet", pm.Name)
-			}
-		}
-		return nil
-	})
+	waitClientURLs(t, ms[2])
 
 	add, err := ms[1].cluster().MemberAdd(ctx5(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}, IsLearner: true})
 	if err != nil {
@@ -531,18 +520,7 @@ func TestLeasesAcrossLeaderChange(t *testing.T) {
 	if _, err := ms[f2].kv.Put(ctx5(t), &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: g.ID}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "client URLs published", func() error {
-		r, err := ms[f1].cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
-		if err != nil {
-			return err
-		}
-		for _, pm := range r.Members {
-			if len(pm.ClientURLs) == 0 {
-				return fmt.Errorf("%s has no client URLs", pm.Name)
-			}
-		}
-		return nil
-	})
+	waitClientURLs(t, ms[f1])
 	ka, err := pb.NewLeaseClient(ms[f2].conn).LeaseKeepAlive(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -616,4 +594,22 @@ func TestFiveMembersQuorum(t *testing.T) {
 	ms[2] = startMember(t, cs[2])
 	put(t, ms[4], "c", "3")
 	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+}
+
+// waitClientURLs waits until m's member list has every member's client URLs
+// (each member publishes them through raft after it starts).
+func waitClientURLs(t testing.TB, m *member) {
+	t.Helper()
+	eventually(t, "client URLs published", func() error {
+		r, err := m.cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+		if err != nil {
+			return err
+		}
+		for _, pm := range r.Members {
+			if len(pm.ClientURLs) == 0 {
+				return fmt.Errorf("%s has no client URLs yet", pm.Name)
+			}
+		}
+		return nil
+	})
 }

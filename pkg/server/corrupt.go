@@ -3,15 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvd-dev/kvd/pkg/api"
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -59,11 +57,7 @@ func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster,
 }
 
 func peerHashKV(ctx context.Context, clientURL string, rev int64) (*pb.HashKVResponse, error) {
-	target := clientURL
-	if i := strings.Index(target, "://"); i >= 0 {
-		target = target[i+3:]
-	}
-	conn, err := grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := api.DialClientURL(clientURL)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,18 +124,8 @@ func configuredMembers(c *config.Config) (members []membership.Member, clusterID
 	if self == 0 {
 		return nil, 0, 0, fmt.Errorf("initial-cluster: member %q is not in it", c.Name)
 	}
-	slices.SortFunc(members, func(a, b membership.Member) int { return cmpUint(a.ID, b.ID) })
+	slices.SortFunc(members, func(a, b membership.Member) int { return cmp.Compare(a.ID, b.ID) })
 	return members, membership.ClusterID(ids), self, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // joinInfo is what a member answers a joining member (transport Members).
