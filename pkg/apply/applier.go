@@ -80,7 +80,7 @@ type Applier struct {
 }
 
 type installReq struct {
-	snap *raftpb.Snapshot
+	snap *raftpb.Snapshot // nil: a snapshot point (SnapshotPoint)
 	fn   func() error
 	done chan error
 }
@@ -117,7 +117,24 @@ func (a *Applier) Install(ctx context.Context, snap *raftpb.Snapshot, install fu
 	return <-r.done
 }
 
+// SnapshotPoint runs fn on the applier between two batches, with the
+// configuration as of everything applied so far: what a leader sending a raft
+// snapshot needs to describe its backend consistently (etcd rewrites the
+// snapshot message the same way). fn must not block for long.
+func (a *Applier) SnapshotPoint(ctx context.Context, fn func(cs *raftpb.ConfState) error) error {
+	r := installReq{fn: func() error { return fn(proto.Clone(a.confState).(*raftpb.ConfState)) }, done: make(chan error, 1)}
+	select {
+	case a.installc <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-r.done
+}
+
 func (a *Applier) install(r installReq) error {
+	if r.snap == nil {
+		return r.fn()
+	}
 	if msgs := a.cfg.Inbox.Take(); len(msgs) > 0 {
 		if err := a.applyMessages(msgs); err != nil {
 			return err
@@ -145,7 +162,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		case r := <-a.installc:
 			err := a.install(r)
 			r.done <- err
-			if err != nil {
+			if err != nil && r.snap != nil {
 				return fmt.Errorf("install raft snapshot at %d: %w", r.snap.GetMetadata().GetIndex(), err)
 			}
 			continue

@@ -38,6 +38,12 @@ func Dump(be Backend, w io.Writer) (int64, error) {
 		return 0, fmt.Errorf("dump: read tx: %w", err)
 	}
 	defer tx.Release()
+	return DumpTx(tx, w)
+}
+
+// DumpTx writes what the read view tx sees to w, as Dump does. The caller
+// releases tx.
+func DumpTx(tx ReadTx, w io.Writer) (int64, error) {
 	cw := &countWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
 	cw.write(dumpMagic)
 	for _, b := range dumpOrder() {

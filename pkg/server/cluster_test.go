@@ -613,3 +613,57 @@ func waitClientURLs(t testing.TB, m *member) {
 		return nil
 	})
 }
+
+// A learner added after the leader's last raft snapshot joins from a
+// snapshot (the leader describes its backend with the configuration that
+// includes the learner), catches up, is promoted, and serves writes.
+func TestLearnerJoinsFromSnapshot(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt")
+	for _, c := range cs {
+		c.SnapshotCount = 100
+		c.SnapshotCatchupEntries = 10
+	}
+	ms := startCluster(t, cs)
+	for i := 0; i < 300; i++ {
+		put(t, ms[i%3], fmt.Sprintf("key-%03d", i), "v")
+	}
+	waitClientURLs(t, ms[0])
+	nc := testConfig(t, "badger", t.TempDir())
+	nc.Name = "m4"
+	nc.HeartbeatInterval, nc.ElectionTimeout = 50, 500
+	nc.SnapshotCount, nc.SnapshotCatchupEntries = 100, 10
+	add, err := ms[0].cluster().MemberAdd(ctx5(t), &pb.MemberAddRequest{PeerURLs: []string{nc.InitialAdvertisePeerURLs}, IsLearner: true})
+	if err != nil {
+		t.Fatalf("add learner: %v", err)
+	}
+	nc.InitialCluster = cs[0].InitialCluster + ",m4=" + nc.InitialAdvertisePeerURLs
+	nc.InitialClusterState = "existing"
+	nc.InitialClusterToken = cs[0].InitialClusterToken
+	nc.Complete()
+	if err := nc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m4 := startMember(t, nc)
+	eventually(t, "learner caught up", func() error {
+		r, err := m4.kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("key-"), RangeEnd: []byte("key."), CountOnly: true, Serializable: true})
+		if err == nil && r.Count != 300 {
+			err = fmt.Errorf("%d keys", r.Count)
+		}
+		return err
+	})
+	if got := metric(t, nc, "etcd_network_snapshot_receive_success"); got < 1 {
+		t.Fatalf("the learner received %v snapshots, want at least 1", got)
+	}
+	if _, err := m4.kv.Put(ctx5(t), &pb.PutRequest{Key: []byte("l"), Value: []byte("v")}); status.Convert(err).Message() != status.Convert(rpctypes.ErrGRPCNotSupportedForLearner).Message() {
+		t.Fatalf("put on a learner: %v", err)
+	}
+	eventually(t, "promote", func() error {
+		_, err := ms[1].cluster().MemberPromote(ctx5(t), &pb.MemberPromoteRequest{ID: add.Member.ID})
+		return err
+	})
+	eventually(t, "write through the promoted member", func() error {
+		_, err := m4.kv.Put(ctx5(t), &pb.PutRequest{Key: []byte("l"), Value: []byte("v")})
+		return err
+	})
+	eventually(t, "equal hashes", func() error { return sameHash(t, append(ms, m4)) })
+}

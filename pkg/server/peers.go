@@ -10,10 +10,12 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
@@ -34,6 +36,9 @@ type peerLink struct {
 	lg     *zap.Logger
 	// report tells raft how a snapshot send ended (set with the transport).
 	report func(id uint64, ok bool)
+	// snapshotPoint is the applier's SnapshotPoint (set with the actors,
+	// before raft runs).
+	snapshotPoint func(context.Context, func(*raftpb.ConfState) error) error
 
 	mu       sync.Mutex
 	incoming map[uint64]string // snapshot index -> received dump file
@@ -72,24 +77,50 @@ func (p *peerLink) Send(msgs []*raftpb.Message) {
 	}
 }
 
-// sendSnapshot sends the backend as it is committed now: it holds at least
-// everything up to the raft snapshot's index (the backend is synced before
-// every raft snapshot), and the receiver skips entries its consistent index
-// already covers.
+// sendSnapshot sends the backend as the applier has it now, and rewrites
+// the raft snapshot's metadata to match it: its applied index and term and
+// the configuration as of that index (a member added after raft's last
+// snapshot must find itself in it), as etcd does. The receiver skips the
+// entries it then gets again.
 func (p *peerLink) sendSnapshot(tr *transport.Transport, m *raftpb.Message) {
 	to := m.GetTo()
 	fail := func(err error) {
 		p.lg.Warn("send snapshot", zap.String("to", fmt.Sprintf("%x", to)), zap.Error(err))
 		p.report(to, false)
 	}
+	var (
+		tx backend.ReadTx
+		md *raftpb.SnapshotMetadata
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := p.snapshotPoint(ctx, func(cs *raftpb.ConfState) error {
+		// Everything applied goes to the backend, so the view below
+		// holds exactly the applied state.
+		if err := p.st.Flush(); err != nil {
+			return err
+		}
+		var err error
+		if tx, err = p.st.Backend().ReadTx(); err != nil {
+			return err
+		}
+		md = &raftpb.SnapshotMetadata{Index: new(p.st.ConsistentIndex()), Term: new(p.st.ConsistentTerm()), ConfState: cs}
+		return nil
+	})
+	if err != nil {
+		fail(fmt.Errorf("snapshot point: %w", err))
+		return
+	}
 	f, err := os.CreateTemp(p.outDir, "dump-*")
 	if err != nil {
+		tx.Release()
 		fail(err)
 		return
 	}
 	// The open file outlives its name: the transport reads and closes it.
 	defer os.Remove(f.Name())
-	n, err := backend.Dump(p.st.Backend(), f)
+	n, err := backend.DumpTx(tx, f)
+	tx.Release()
 	if err == nil {
 		_, err = f.Seek(0, 0)
 	}
@@ -98,8 +129,10 @@ func (p *peerLink) sendSnapshot(tr *transport.Transport, m *raftpb.Message) {
 		fail(fmt.Errorf("dump backend: %w", err))
 		return
 	}
+	m = proto.Clone(m).(*raftpb.Message)
+	m.Snapshot = &raftpb.Snapshot{Metadata: md}
 	p.lg.Info("sending snapshot", zap.String("to", fmt.Sprintf("%x", to)),
-		zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()), zap.Int64("bytes", n))
+		zap.Uint64("index", md.GetIndex()), zap.Int64("bytes", n))
 	// SendSnapshot closes f and reports the outcome to raft.
 	tr.SendSnapshot(m, f, n)
 }

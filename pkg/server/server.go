@@ -261,6 +261,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 	a.Expirer = newExpirer(c, n, lm, s, lg)
 	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
 	wal.InstallSnapshot = inst.install
+	link.snapshotPoint = a.Applier.SnapshotPoint
 	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg, done: make(chan struct{})}
 	g.Hook(lc)
 	return a, nil
