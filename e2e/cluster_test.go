@@ -26,7 +26,6 @@ const convergeTimeout = 20 * time.Second
 // the server under test is etcd (which has one engine).
 func forEachClusterEngine(t *testing.T, fn func(t *testing.T, engine string)) {
 	t.Helper()
-	harness.RequireCluster(t)
 	engines := harness.Engines()
 	if harness.Kind() == harness.KindEtcd {
 		engines = engines[:1]

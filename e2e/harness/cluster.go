@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,19 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// ClusterEnv names the environment variable that lets the cluster tests run
-// against kvd ("1"); against etcd they always run.
-const ClusterEnv = "KVD_E2E_CLUSTER"
-
-// RequireCluster skips the test when the server under test is kvd and
-// KVD_E2E_CLUSTER is not "1": kvd's multi-member support is not finished.
-func RequireCluster(t testing.TB) {
-	t.Helper()
-	if Kind() == KindKVD && os.Getenv(ClusterEnv) != "1" {
-		t.Skipf("kvd clusters are not ready yet: set %s=1 to run this test against kvd, or %s=etcd", ClusterEnv, ServerEnv)
-	}
-}
 
 // ClusterOptions configures StartCluster.
 type ClusterOptions struct {
