@@ -51,6 +51,8 @@ const (
 	DefaultRetryInterval = 10 * time.Millisecond
 	// DefaultProgressInterval is etcd's watch-progress-notify-interval.
 	DefaultProgressInterval = 10 * time.Minute
+	// DefaultMaxBacklog bounds the applied events waiting for the hub.
+	DefaultMaxBacklog = 100000
 )
 
 // Config configures a Hub.
@@ -73,6 +75,10 @@ type Config struct {
 	ProgressInterval time.Duration
 	// Metrics, if set, is told about watchers and events.
 	Metrics Metrics
+	// MaxBacklog is how many applied events may wait for the hub before
+	// Notify blocks the applier until the hub took them: the hub's memory
+	// stays bounded when it falls behind (events are never dropped).
+	MaxBacklog int
 }
 
 // Metrics receives the hub's counts (etcd's watch metrics).
@@ -172,6 +178,11 @@ type Hub struct {
 	inbox *actors.Inbox[msg]
 	// wake asks for a retry of victims and held responses now.
 	wake chan struct{}
+	// backlog counts the events handed to Notify and not yet taken; taken
+	// signals a Notify waiting for it to fall, done that Run ended.
+	backlog atomic.Int64
+	taken   chan struct{}
+	done    chan struct{}
 
 	// Owned by the Run goroutine.
 	// seen is the newest revision whose events the hub has matched.
@@ -197,6 +208,9 @@ func New(cfg Config) *Hub {
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = DefaultRetryInterval
 	}
+	if cfg.MaxBacklog <= 0 {
+		cfg.MaxBacklog = DefaultMaxBacklog
+	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
@@ -206,6 +220,7 @@ func New(cfg Config) *Hub {
 	}
 	return &Hub{
 		cfg: cfg, lg: lg, inbox: actors.NewInbox[msg](), wake: make(chan struct{}, 1),
+		taken: make(chan struct{}, 1), done: make(chan struct{}),
 		seen:     cfg.Store.Rev(),
 		synced:   newGroup(),
 		unsynced: map[*watcher]struct{}{},
@@ -220,12 +235,22 @@ func New(cfg Config) *Hub {
 func (h *Hub) ProgressInterval() time.Duration { return h.cfg.ProgressInterval }
 
 // Notify hands the hub the events of one applied batch, in revision order,
-// once they are visible to readers (apply.Config.Events). It never blocks;
-// the slice is the hub's.
+// once they are visible to readers (apply.Config.Events). The slice is the
+// hub's. It blocks only while MaxBacklog events wait for the hub (or until
+// the hub stopped).
 func (h *Hub) Notify(evs []*mvccpb.Event) {
-	if len(evs) > 0 {
-		h.inbox.Put(msg{kind: msgEvents, events: evs})
+	if len(evs) == 0 {
+		return
 	}
+	for h.backlog.Load() >= int64(h.cfg.MaxBacklog) {
+		select {
+		case <-h.taken:
+		case <-h.done:
+			return
+		}
+	}
+	h.backlog.Add(int64(len(evs)))
+	h.inbox.Put(msg{kind: msgEvents, events: evs})
 }
 
 // Resync tells the hub the store was replaced under it (a raft snapshot was
@@ -293,6 +318,7 @@ func (s *Stream) Close() { s.h.inbox.Put(msg{kind: msgClose, s: s}) }
 
 // Run is the hub loop.
 func (h *Hub) Run(ctx context.Context) error {
+	defer close(h.done)
 	tick := time.NewTicker(h.cfg.RetryInterval)
 	defer tick.Stop()
 	for {
@@ -323,8 +349,17 @@ func (h *Hub) Run(ctx context.Context) error {
 				due = true
 			}
 		}
+		var took int64
 		for _, m := range h.inbox.Take() {
+			took += int64(len(m.events))
 			h.handle(m)
+		}
+		if took > 0 {
+			h.backlog.Add(-took)
+			select {
+			case h.taken <- struct{}{}:
+			default:
+			}
 		}
 		if due {
 			h.retry()

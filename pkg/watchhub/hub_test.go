@@ -1,10 +1,17 @@
 package watchhub
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
@@ -130,4 +137,54 @@ func TestReplayInBatchesUnderWrites(t *testing.T) {
 			t.Fatalf("replayed events differ:\ngot  %v\nwant %v", got, want)
 		}
 	})
+}
+
+// The events waiting for the hub are bounded: past MaxBacklog, Notify waits
+// until the hub takes them, then every event is still delivered in order;
+// a stopped hub never holds Notify.
+func TestNotifyBacklogIsBounded(t *testing.T) {
+	st, err := mvcc.Open(enginetest.OpenT(t, "bolt"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	h := New(Config{Store: st, MaxBacklog: 3})
+	e := &env{t: t, st: st, h: h}
+	s := h.NewStream()
+	s.Watch(WatchRequest{Key: []byte("k"), StartRev: 1})
+	for i := 0; i < 3; i++ {
+		e.put("k", fmt.Sprint(i))
+	}
+	fourth := make(chan int64, 1)
+	go func() { fourth <- e.put("k", "3") }()
+	select {
+	case <-fourth:
+		t.Fatal("Notify did not wait with a full backlog")
+	case <-time.After(100 * time.Millisecond):
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	var last int64
+	select {
+	case last = <-fourth:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Notify still blocked after the hub ran")
+	}
+	created(t, s)
+	var got []string
+	for len(got) == 0 || !strings.HasSuffix(got[len(got)-1], fmt.Sprintf("@%d", last)) {
+		for _, x := range recv(t, s).Events {
+			got = append(got, ev(x))
+		}
+	}
+	if want := []string{"PUT k=0@2", "PUT k=1@3", "PUT k=2@4", "PUT k=3@5"}; !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.backlog.Store(100)
+	e.put("k", "after stop") // returns: the hub is gone
 }
