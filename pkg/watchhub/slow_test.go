@@ -84,6 +84,12 @@ func TestCompaction(t *testing.T) {
 			e.put("k", "c")
 		}
 		e.compact(e.st.Rev())
+		// A watch created on another stream is answered once the hub
+		// handled every event before it: only then may the victim drain,
+		// or it could rejoin the synced watchers before the last puts.
+		barrier := e.h.NewStream()
+		barrier.Watch(WatchRequest{Key: []byte("other")})
+		created(t, barrier)
 		got := events(t, v, id, first+1)
 		if !slices.Equal(got, []string{fmt.Sprintf("PUT k=a@%d", first), fmt.Sprintf("PUT k=b@%d", first+1)}) {
 			t.Fatalf("victim got %v", got)
