@@ -51,11 +51,14 @@ type testOpts struct {
 	segmentSize int64
 	sync        bool
 	catchUp     uint64
+	// prealloc reserves segment space as kvd does; the tests that edit
+	// segments by file size leave it off.
+	prealloc bool
 }
 
 func openLog(t testing.TB, dir string, o testOpts) *Log {
 	t.Helper()
-	l, err := Open(Options{Dir: dir, SegmentSize: o.segmentSize, NoSync: !o.sync, Logger: testLogger(t), CatchUpEntries: o.catchUp})
+	l, err := Open(Options{Dir: dir, SegmentSize: o.segmentSize, NoSync: !o.sync, Logger: testLogger(t), CatchUpEntries: o.catchUp, NoPreallocate: !o.prealloc})
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}
@@ -181,14 +184,25 @@ func flipByte(t testing.TB, path string, off int64) {
 	}
 }
 
+// appendBytes writes b right after the last record of the segment at path,
+// where the next write would have gone (over preallocated zeros, if any):
+// what a crash in the middle of a write leaves.
 func appendBytes(t testing.TB, path string, b []byte) {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := scanRecords(data, true, func(int64, byte, []byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.Write(b); err != nil {
+	if _, err := f.WriteAt(b, res.validEnd); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -45,7 +45,7 @@ func TestRandomOpsAgainstModel(t *testing.T) {
 		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed*7919))
 			dir := t.TempDir()
-			o := testOpts{segmentSize: int64(200 + rng.IntN(2000))}
+			o := testOpts{segmentSize: int64(200 + rng.IntN(2000)), prealloc: seed%2 == 1}
 			l := openLog(t, dir, o)
 			defer func() { l.Close() }()
 			m := &model{term: 1}

@@ -164,6 +164,9 @@ type scanResult struct {
 }
 
 // scanRecords walks the records in data, calling fn for each good one. In
+// the last segment, zero bytes from a record boundary to the end are
+// preallocated space: the scan ends there cleanly (segments before it are
+// cut to their records when the next one starts). In
 // the last segment an incomplete record (the file ends inside its header, or
 // inside the payload of an intact header), or a record with a bad CRC
 // followed only by zero bytes, ends the scan as a torn write; anything else
@@ -173,6 +176,11 @@ func scanRecords(data []byte, last bool, fn func(off int64, typ byte, payload []
 	off := 0
 	for off < len(data) {
 		rest := len(data) - off
+		if last && data[off] == 0 && allZero(data[off:min(len(data), off+recordHeaderSize)]) && allZero(data[off:]) {
+			// Preallocated space never written: the clean end. (A record
+			// header is never all zeros: its CRC of zeros is not zero.)
+			return scanResult{validEnd: int64(off)}, nil
+		}
 		if rest < recordHeaderSize {
 			if last {
 				return scanResult{validEnd: int64(off), torn: true, tornReason: "incomplete record header"}, nil

@@ -145,16 +145,13 @@ func (l *Log) recover(segs []segment) error {
 	if len(segs) > 0 {
 		last := segs[len(segs)-1]
 		path := filepath.Join(l.dir, last.name)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+		f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
 		if err != nil {
 			return fmt.Errorf("open wal segment %s for append: %w", path, err)
 		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("stat wal segment %s: %w", path, err)
-		}
-		l.f, l.size = f, fi.Size()
+		// Appends go right after the last record, into the preallocated
+		// zeros if any.
+		l.f, l.size = f, last.end
 	}
 	l.lg.Info("recovered raft log",
 		zap.String("dir", l.dir),
@@ -229,6 +226,7 @@ func (l *Log) replaySegment(seg *segment, r *replay, last bool) (keep bool, err 
 		}
 		res.torn, res.tornReason = true, "empty segment"
 	}
+	seg.end = res.validEnd
 	if !res.torn {
 		return true, nil
 	}

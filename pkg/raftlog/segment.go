@@ -24,6 +24,9 @@ type segment struct {
 	// maxMarker is the highest snapshot marker index in the segment (0 if
 	// none; a snapshot never has index 0).
 	maxMarker uint64
+	// end is the offset past the last record (recovery only): the file may
+	// be longer, preallocated with zeros.
+	end int64
 }
 
 // listSegments returns the WAL segments in dir in sequence order. A file
