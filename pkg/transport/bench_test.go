@@ -54,3 +54,27 @@ func BenchmarkSend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoundTrip measures one message to a peer and one back, one at a
+// time: the transport's share of a raft commit's latency (an append out, its
+// acknowledgement back).
+func BenchmarkRoundTrip(b *testing.B) {
+	back := make(chan struct{}, 1)
+	var r *member
+	a := startMember(b, 1, 7, "", func(c *Config) {
+		c.Receive = func([]*raftpb.Message) { back <- struct{}{} }
+	})
+	r = startMember(b, 2, 7, "", func(c *Config) {
+		c.Receive = func(msgs []*raftpb.Message) {
+			r.Send([]*raftpb.Message{{Type: raftpb.MsgAppResp.Enum(), From: proto.Uint64(2), To: proto.Uint64(1), Index: msgs[0].Index}})
+		}
+	})
+	connect(b, a, r)
+	data := make([]byte, 300)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		a.Send([]*raftpb.Message{{Type: raftpb.MsgApp.Enum(), From: proto.Uint64(1), To: proto.Uint64(2), Index: proto.Uint64(uint64(i)),
+			Entries: []*raftpb.Entry{{Index: proto.Uint64(uint64(i)), Data: data}}}})
+		<-back
+	}
+}
