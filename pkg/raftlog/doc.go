@@ -42,7 +42,8 @@
 //	                  log: it continues at index+1.
 //
 // One Save appends, in order: a reset marker if it carries a snapshot, its
-// entries, its hard state; then one fdatasync. (A carried snapshot's file is
+// entries, its hard state; then one fdatasync, except when all it carries is
+// a new commit index (raft.MustSync's rule: the next fdatasync covers it). (A carried snapshot's file is
 // written and fsynced before that, as below.) An entry whose index is at or
 // below the last index replaces that entry and everything after it, on disk
 // by being appended later and in replay by the same rule.

@@ -55,9 +55,11 @@ type Log struct {
 	noSync       bool
 	catchUp      uint64
 	noPrealloc   bool
-	lg           *zap.Logger
-	st           *Storage
-	isNew        bool
+	// syncs counts WAL fdatasyncs (tests).
+	syncs int
+	lg    *zap.Logger
+	st    *Storage
+	isNew bool
 
 	// snapMu serialises snapshot file writes, the WAL truncation behind
 	// them and snapshot file purges. Lock order: snapMu before mu.
@@ -192,7 +194,13 @@ func (l *Log) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snap
 			return fmt.Errorf("raftlog: save: %w", err)
 		}
 	}
-	err = l.writeLocked(func(buf []byte) ([]byte, error) {
+	// Like raft.MustSync (and etcd's WAL): a new commit index alone need
+	// not be durable (a restarted member learns it again), so it is written
+	// without an fsync of its own; the next entries' fsync covers it. This
+	// keeps the commit that follows every append off the disk's critical
+	// path.
+	mustSync := hasSnap || len(ents) > 0 || (writeHS && (hs.GetTerm() != l.hs.GetTerm() || hs.GetVote() != l.hs.GetVote()))
+	err = l.writeLocked(mustSync, func(buf []byte) ([]byte, error) {
 		if hasSnap {
 			buf = appendMarkerRecord(buf, markerReset, snapIndex, snapTerm)
 		}
@@ -277,9 +285,10 @@ func (l *Log) writableLocked() error {
 
 // writeLocked appends the records built by fill to the current segment,
 // starting a new segment first if there is none or the current one has
-// passed the segment size, and makes them durable with one fdatasync (plus a
-// directory fsync for a new segment). Any failure is sticky.
-func (l *Log) writeLocked(fill func(buf []byte) ([]byte, error)) error {
+// passed the segment size, and, if mustSync, makes them durable with one
+// fdatasync (plus a directory fsync for a new segment). Any failure is
+// sticky.
+func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) error {
 	buf := l.buf[:0]
 	created := false
 	if l.f == nil || l.size >= l.segmentSize {
@@ -309,13 +318,14 @@ func (l *Log) writeLocked(fill func(buf []byte) ([]byte, error)) error {
 		l.err = fmt.Errorf("write wal segment %s: %w", name, err)
 		return l.err
 	}
-	if l.noSync {
+	if l.noSync || (!mustSync && !created) {
 		return nil
 	}
 	if err := fdatasync(l.f); err != nil {
 		l.err = fmt.Errorf("fdatasync wal segment %s: %w", name, err)
 		return l.err
 	}
+	l.syncs++
 	if created {
 		if err := fsutil.SyncDir(l.dir); err != nil {
 			l.err = err
@@ -434,7 +444,7 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 		l.mu.Unlock()
 		return fmt.Errorf("raftlog: create snapshot at %d: entry changed under the snapshot (term %d, now %d, %v)", index, term, t, err)
 	}
-	err = l.writeLocked(func(buf []byte) ([]byte, error) {
+	err = l.writeLocked(true, func(buf []byte) ([]byte, error) {
 		return appendMarkerRecord(buf, markerCompact, index, term), nil
 	})
 	if err != nil {

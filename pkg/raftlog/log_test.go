@@ -499,3 +499,29 @@ func TestSnapshotKeepsCatchUpEntries(t *testing.T) {
 		t.Fatalf("snapshot index %d, want 150", snap.GetMetadata().GetIndex())
 	}
 }
+
+// A Save that only moves the commit index is written without an fsync of
+// its own (raft.MustSync's rule), and the next synced write makes it
+// durable; entries, a new term or a new vote are fsynced at once.
+func TestCommitOnlySaveIsNotSynced(t *testing.T) {
+	dir := t.TempDir()
+	o := testOpts{sync: true}
+	l := openLog(t, dir, o)
+	mustSave(t, l, hardState(1, 1, 0), ents(1, 3, 1), nil)
+	n := l.syncs
+	mustSave(t, l, hardState(1, 1, 3), nil, nil)
+	if l.syncs != n {
+		t.Fatalf("commit-only save fsynced (%d -> %d)", n, l.syncs)
+	}
+	mustSave(t, l, hardState(2, 1, 3), nil, nil)
+	mustSave(t, l, hardState(2, 2, 3), nil, nil)
+	mustSave(t, l, hardState(2, 2, 3), ents(4, 4, 2), nil)
+	if l.syncs != n+3 {
+		t.Fatalf("term, vote and entries made %d fsyncs, want 3", l.syncs-n)
+	}
+	l = reopen(t, l, dir, o)
+	defer l.Close()
+	if hs := l.Storage().HardState(); hs.GetCommit() != 3 || hs.GetTerm() != 2 || hs.GetVote() != 2 {
+		t.Fatalf("recovered hard state %v", hs)
+	}
+}
