@@ -169,8 +169,8 @@ func sameHash(t testing.TB, ms []*member) error {
 
 // A member that was down while the others wrote past their snapshot and
 // the catch-up entries comes back by installing the leader's snapshot, on
-// another engine than the leader's, then the log tail; watchers and leases
-// follow the new state.
+// another engine than the leader's, then the log tail. (Watchers across an
+// install: watchhub's TestResyncAfterStoreReset.)
 func TestLaggingMemberInstallsSnapshot(t *testing.T) {
 	cs := clusterConfigs(t, "bolt", "bolt", "badger")
 	for _, c := range cs {

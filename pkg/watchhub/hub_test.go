@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -187,4 +188,63 @@ func TestNotifyBacklogIsBounded(t *testing.T) {
 	}
 	h.backlog.Store(100)
 	e.put("k", "after stop") // returns: the hub is gone
+}
+
+// After the store is replaced under the hub (a raft snapshot installed), the
+// events between what the hub saw and the new store's revision never came
+// through Notify: Resync makes synced watchers catch up from the store.
+func TestResyncAfterStoreReset(t *testing.T) {
+	open := func(dir string) *mvcc.Store {
+		be, err := enginetest.Open("bolt", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := mvcc.Open(be, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	srcDir := t.TempDir()
+	src := open(srcDir)
+	se := &env{t: t, st: src, h: New(Config{Store: src})}
+	for i := 0; i < 4; i++ {
+		se.put("k", fmt.Sprint(i)) // the hub is not running: Notify only queues
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Backend().Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st := open(t.TempDir())
+	defer func() { st.Close(); st.Backend().Close() }()
+	h := New(Config{Store: st})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	e := &env{t: t, st: st, h: h}
+	s := h.NewStream()
+	s.Watch(WatchRequest{Key: []byte("k")})
+	id := created(t, s)
+	e.put("k", "0")
+	e.put("k", "1")
+	if got := events(t, s, id, 3); len(got) != 2 {
+		t.Fatalf("before the reset: %v", got)
+	}
+	err := st.Reset(func(old backend.Backend) (backend.Backend, error) {
+		if err := old.Close(); err != nil {
+			return nil, err
+		}
+		return enginetest.Open("bolt", srcDir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Resync()
+	if got, want := events(t, s, id, 5), []string{"PUT k=2@4", "PUT k=3@5"}; !slices.Equal(got, want) {
+		t.Fatalf("after the reset: %v, want %v", got, want)
+	}
 }
