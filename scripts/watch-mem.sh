@@ -17,19 +17,15 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-watch-mem.XXXXXX")
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
+# shellcheck source=scripts/single-member.sh
+. "$root/scripts/single-member.sh"
+
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 run() {
 	local name=$1
 	shift
-	"$@" --data-dir "$work/$name" --listen-client-urls http://127.0.0.1:25379 --advertise-client-urls http://127.0.0.1:25379 \
-		--listen-peer-urls http://127.0.0.1:25380 --initial-advertise-peer-urls http://127.0.0.1:25380 \
-		--initial-cluster default=http://127.0.0.1:25380 >"$work/$name.log" 2>&1 &
-	pid=$!
-	for _ in $(seq 100); do
-		curl -sf http://127.0.0.1:25379/health >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	start_member "$name" "$@"
 	local base peak r
 	base=$(rss "$pid")
 	bin/bench --endpoints 127.0.0.1:25379 --clients 1 --conns 1 --duration 12s --idle-watchers "$N" put >"$work/$name.bench" 2>&1 &
@@ -42,9 +38,7 @@ run() {
 	done
 	wait "$bp"
 	printf '| %s | %d | %d | %d |\n' "$name" "$base" "$peak" $(((peak - base) * 1024 / N))
-	kill "$pid"
-	wait "$pid" 2>/dev/null || true
-	pid=""
+	stop_member
 }
 
 echo "| server | RSS before, kB | peak RSS with $N idle watchers, kB | bytes per watcher |"

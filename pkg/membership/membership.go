@@ -196,19 +196,6 @@ func (c *Cluster) IsLearner(id uint64) bool {
 	return ok && m.IsLearner
 }
 
-// VotingMembers counts the members that are not learners.
-func (c *Cluster) VotingMembers() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	n := 0
-	for _, m := range c.members {
-		if !m.IsLearner {
-			n++
-		}
-	}
-	return n
-}
-
 // ChangeKind is the kind of a membership change.
 type ChangeKind int
 

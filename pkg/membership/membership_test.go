@@ -66,8 +66,8 @@ func TestChangesFollowEtcdsRules(t *testing.T) {
 	if got := c.Members(); len(got) != 1 || got[0].ID != 1 || got[0].Name != "a" {
 		t.Fatalf("members %+v", got)
 	}
-	if !c.IsRemoved(2) || c.IsLearner(1) || c.VotingMembers() != 1 {
-		t.Fatal("removed/learner/voters wrong")
+	if !c.IsRemoved(2) || c.IsLearner(1) {
+		t.Fatal("removed/learner wrong")
 	}
 	if len(seen) != 5 || !seen[4].Removed || seen[3].Member.PeerURLs[0] != "http://b2:2380" {
 		t.Fatalf("changes seen: %+v", seen)

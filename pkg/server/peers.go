@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,16 +253,4 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		},
 	})
 	return tr, nil
-}
-
-// peerIDs lists the members other than self, sorted.
-func peerIDs(cl *membership.Cluster) []uint64 {
-	var out []uint64
-	for _, m := range cl.Members() {
-		if m.ID != cl.Self() {
-			out = append(out, m.ID)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }
