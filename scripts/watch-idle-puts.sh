@@ -14,28 +14,22 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-watch-idle.XXXXXX")
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
+# shellcheck source=scripts/single-member.sh
+. "$root/scripts/single-member.sh"
+
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (a[int((NR+1)/2)]+a[int((NR+2)/2)])/2}'; }
 reqs() { bin/bench --endpoints 127.0.0.1:25379 --clients 100 --conns 10 --duration 4s --warmup 1s "$@" put 2>&1 | awk '/Requests\/sec/ {printf "%d", $2}'; }
 
 run() {
 	local name=$1
 	shift
-	"$@" --data-dir "$work/$name" --listen-client-urls http://127.0.0.1:25379 --advertise-client-urls http://127.0.0.1:25379 \
-		--listen-peer-urls http://127.0.0.1:25380 --initial-advertise-peer-urls http://127.0.0.1:25380 \
-		--initial-cluster default=http://127.0.0.1:25380 >"$work/$name.log" 2>&1 &
-	pid=$!
-	for _ in $(seq 100); do
-		curl -sf http://127.0.0.1:25379/health >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	start_member "$name" "$@"
 	local none=() with=()
 	for _ in 1 2 3 4 5 6; do
 		none+=("$(reqs)")
 		with+=("$(reqs --idle-watchers 10000)")
 	done
-	kill "$pid"
-	wait "$pid" 2>/dev/null || true
-	pid=""
+	stop_member
 	local mn mw
 	mn=$(med "${none[@]}")
 	mw=$(med "${with[@]}")
