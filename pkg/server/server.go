@@ -29,6 +29,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -89,13 +90,24 @@ func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer,
 }
 
 // newBackend opens the backend once the identity check passed.
-func newBackend(c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, error) {
+func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, error) {
 	// A crash while a leader's snapshot was loading leaves the old backend
 	// aside; it is the one the WAL matches.
 	if err := restoreAside(c.BackendDir()); err != nil {
 		return nil, err
 	}
-	return openBackend(c, lg)
+	be, err := openBackend(c, lg)
+	if err != nil {
+		return nil, err
+	}
+	// An engine's arena on the Go heap (Badger's memtable) must not set the
+	// collector's pace. A snapshot install reopens the same engine with the
+	// same options, so one exclusion covers the member's lifetime.
+	if a, ok := be.(interface{ HeapArenaBytes() int64 }); ok {
+		release := gcpace.Exclude(a.HeapArenaBytes())
+		lc.Append(fx.Hook{OnStop: func(context.Context) error { release(); return nil }})
+	}
+	return be, nil
 }
 
 // openBackend opens the configured engine in its directory. The store

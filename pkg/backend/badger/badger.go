@@ -113,10 +113,14 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// memTableSize is the memtable Badger gets. Badger's transaction limit is
+// 15% of it; round up so that limit is at least MaxUpdateBytes.
+func (o Options) memTableSize() int64 {
+	return max((o.MaxUpdateBytes*100+14)/15, o.MemTableSize)
+}
+
 func (o Options) badgerOptions(dir string, sync bool) badger.Options {
-	// Badger's transaction limit is 15% of the memtable size; round up so
-	// that limit is at least MaxUpdateBytes.
-	memTable := max((o.MaxUpdateBytes*100+14)/15, o.MemTableSize)
+	memTable := o.memTableSize()
 	bo := badger.DefaultOptions(dir).
 		WithLogger(newLogger(o.Logger)).
 		WithSyncWrites(sync).
@@ -145,6 +149,8 @@ func (o Options) badgerOptions(dir string, sync bool) badger.Options {
 type Backend struct {
 	dir string // the live data subdirectory
 	db  *badger.DB
+	// arena is the size of one memtable's skiplist arena (HeapArenaBytes).
+	arena int64
 
 	gate gate.Gate // every operation and every open ReadTx holds it
 	// writeMu serialises Update and Defrag, so transactions never conflict.
@@ -181,8 +187,21 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger db %s: %w", dir, err)
 	}
-	return &Backend{dir: dir, db: db}, nil
+	return &Backend{dir: dir, db: db, arena: bo.arenaBytes()}, nil
 }
+
+// arenaBytes is the size of the arena Badger allocates on the Go heap for
+// each memtable: the memtable plus room for one maximal batch and its nodes
+// (Badger's arenaSize, where a batch is at most 15% of the memtable).
+func (o Options) arenaBytes() int64 {
+	memTable := o.memTableSize()
+	return memTable + 2*(15*memTable/100)
+}
+
+// HeapArenaBytes is the pointer-free memory the open database keeps on the Go
+// heap for as long as it is open: its active memtable's arena. (While a full
+// memtable is flushed there are briefly two.) See pkg/gcpace.
+func (be *Backend) HeapArenaBytes() int64 { return be.arena }
 
 // readCurrent returns the live subdirectory named by Dir/CURRENT.
 func readCurrent(dir string) (string, error) {

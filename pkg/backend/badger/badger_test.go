@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +227,31 @@ func TestOpenRemovesInterruptedRestore(t *testing.T) {
 	if n := count(t, be, backend.Key); n != 10 {
 		t.Fatalf("%d keys after reopen, want 10", n)
 	}
+}
+
+// TestHeapArenaBytes checks the arena size against what opening a database
+// really keeps live on the Go heap, so that a Badger upgrade that changes its
+// arena shows here.
+func TestHeapArenaBytes(t *testing.T) {
+	bo := badger.Options{MaxUpdateBytes: 8 << 20} // a ~70 MiB arena
+	dir := t.TempDir()
+	be := open(t, dir, bo) // the first open also allocates process-wide state
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := liveHeap()
+	be = open(t, dir, bo)
+	defer be.Close()
+	grew := liveHeap() - before
+	arena := be.HeapArenaBytes()
+	if arena <= 0 || grew < arena*9/10 || grew > arena+16<<20 {
+		t.Fatalf("HeapArenaBytes %d, but opening grew the live heap by %d", arena, grew)
+	}
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }
