@@ -14,7 +14,7 @@
 //
 // The tuner re-reads the live heap after every collection and sets the GC
 // percent so that the heap may grow by GOGC% of (live - excluded), at least
-// by GOGC% of 4 MiB (the runtime's own minimum heap). GOGC=off turns it off.
+// by GOGC% of minRest. GOGC=off turns it off.
 package gcpace
 
 import (
@@ -25,9 +25,12 @@ import (
 	"sync"
 )
 
-// minHeap is the least heap the headroom is computed from, as the runtime's
-// own 4 MiB minimum total heap.
-const minHeap = 4 << 20
+// minRest is the least heap the headroom is computed from. With the
+// runtime's own minimum, 4 MiB, a Badger member serving 100 clients collected
+// 15 times a second; 32 MiB cut that by two thirds and the CPU per put at 100
+// clients by a quarter, for at most 32 MiB of memory (the arena alone would
+// have let the heap grow by 200 MiB).
+const minRest = 32 << 20
 
 var pacer struct {
 	mu       sync.Mutex
@@ -129,12 +132,12 @@ func tuneLocked() {
 }
 
 // percent is the GC percent that lets a heap of live bytes grow by base% of
-// its part outside excluded (at least of minHeap), never more than base.
+// its part outside excluded (at least of minRest), never more than base.
 func percent(live, excluded int64, base int) int {
 	if live <= 0 {
 		return base
 	}
-	rest := max(live-excluded, minHeap)
+	rest := max(live-excluded, minRest)
 	p := int(rest * int64(base) / live)
 	return min(max(p, 1), base)
 }
