@@ -43,7 +43,9 @@ func (n *Node) ReportSnapshot(id uint64, ok bool) {
 // entry is applied.
 func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
 	var err error
-	if derr := n.do(ctx, func() { err = n.rn.ProposeConfChange(cc) }); derr != nil {
+	// A held change counts as accepted; like any proposal it may still be
+	// lost (leader change) and then its proposer times out.
+	if derr := n.do(ctx, func() { err = n.proposeConf(func() error { return n.rn.ProposeConfChange(cc) }) }); derr != nil {
 		return derr
 	}
 	return err

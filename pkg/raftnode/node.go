@@ -98,7 +98,17 @@ type Node struct {
 	readers       map[uint64][]readWaiter
 	// soleVoter is set when the configuration makes this member the only
 	// voter; it then campaigns at once instead of after an election timeout.
-	soleVoter    bool
+	soleVoter bool
+
+	// Conf-change gate (driver goroutine only). A leader's raft turns a conf
+	// change into an empty entry while an earlier one is not yet applied
+	// (its pendingConfIndex), and the proposer would wait in vain: the
+	// applier answers clients before raft hears the entry was applied. So
+	// the leader holds such proposals until raft's applied index reaches
+	// lastConf, the last conf-change entry it appended (or its first entry
+	// as leader, as raft's own rule).
+	lastConf     uint64
+	heldConf     []func() error
 	waitingReads []readWaiter
 
 	stopped  chan struct{}
@@ -262,9 +272,12 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		case <-n.stepc.Ready():
 			for _, m := range n.stepc.Take() {
-				if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepLocalMsg) {
-					n.lg.Debug("raft step", zap.Error(err), zap.Stringer("type", m.GetType()))
+				if m.GetType() == raftpb.MessageType_MsgProp && hasConfChange(m.GetEntries()) {
+					// A follower's conf change, forwarded to this leader.
+					_ = n.proposeConf(func() error { n.step(m); return nil })
+					continue
 				}
+				n.step(m)
 			}
 		case <-n.ctlc.Ready():
 			for _, f := range n.ctlc.Take() {
@@ -284,6 +297,7 @@ func (n *Node) Run(ctx context.Context) error {
 			r.reply <- cs
 			n.soleVoter = len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == n.cfg.ID
 		}
+		n.releaseConf()
 		if n.soleVoter && n.lead.Load() != n.cfg.ID && n.rn.Status().RaftState == raft.StateFollower {
 			// Raft refuses while the conf change is not yet marked applied;
 			// the next turn tries again.
@@ -322,6 +336,7 @@ func (n *Node) handleReady() error {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
+				n.noteConfEntries(m.GetEntries(), rd.SoftState)
 				n.Appends.Put(Append{Msg: m, Traces: n.takeTraces(m)})
 			case raft.LocalApplyThread:
 				n.Applies.Put(m)
@@ -334,6 +349,76 @@ func (n *Node) handleReady() error {
 		}
 	}
 	return nil
+}
+
+func (n *Node) step(m *raftpb.Message) {
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepLocalMsg) {
+		n.lg.Debug("raft step", zap.Error(err), zap.Stringer("type", m.GetType()))
+	}
+}
+
+// proposeConf runs propose now and returns its error, or holds it while raft
+// would drop it and returns nil.
+func (n *Node) proposeConf(propose func() error) error {
+	if len(n.heldConf) > 0 || n.confPending() {
+		n.heldConf = append(n.heldConf, propose)
+		return nil
+	}
+	return propose()
+}
+
+// releaseConf proposes the oldest held conf change once raft takes it. One
+// at a time: each makes the next wait for its own entry.
+func (n *Node) releaseConf() {
+	if len(n.heldConf) == 0 || n.confPending() {
+		return
+	}
+	propose := n.heldConf[0]
+	n.heldConf[0] = nil
+	n.heldConf = n.heldConf[1:]
+	if err := propose(); err != nil {
+		// Its proposer was told it was accepted and times out, as it
+		// would had raft dropped it.
+		n.lg.Info("held conf change refused by raft", zap.Error(err))
+	}
+}
+
+// confPending reports whether this member leads and raft would drop a conf
+// change now. Off the leader nothing is held: raft forwards or refuses.
+func (n *Node) confPending() bool {
+	st := n.rn.BasicStatus()
+	return st.RaftState == raft.StateLeader && n.lastConf > st.Applied
+}
+
+// noteConfEntries moves lastConf past the conf changes among appended
+// entries. A new leader starts from its first entry (raft's own rule), and
+// forgets what it appended as a follower: that may have been overwritten.
+func (n *Node) noteConfEntries(ents []*raftpb.Entry, ss *raft.SoftState) {
+	if len(ents) == 0 {
+		return
+	}
+	if ss != nil && ss.RaftState == raft.StateLeader {
+		n.lastConf = ents[0].GetIndex()
+	}
+	for _, e := range ents {
+		if isConfChange(e) {
+			n.lastConf = max(n.lastConf, e.GetIndex())
+		}
+	}
+}
+
+func isConfChange(e *raftpb.Entry) bool {
+	t := e.GetType()
+	return t == raftpb.EntryType_EntryConfChange || t == raftpb.EntryType_EntryConfChangeV2
+}
+
+func hasConfChange(ents []*raftpb.Entry) bool {
+	for _, e := range ents {
+		if isConfChange(e) {
+			return true
+		}
+	}
+	return false
 }
 
 // takeTraces hands the pending proposal contexts to the append that carries

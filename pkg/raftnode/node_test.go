@@ -213,3 +213,25 @@ func TestMergeEntriesReplacesConflictingSuffix(t *testing.T) {
 		t.Fatalf("merge into empty = %v", got)
 	}
 }
+
+// TestBackToBackConfChangesAllApply proposes conf changes without waiting
+// for the previous one: raft alone would turn all but the first into empty
+// entries while the first is not applied, and their proposers would time out.
+func TestBackToBackConfChangesAllApply(t *testing.T) {
+	h := start(t, t.TempDir())
+	defer h.stop(t)
+	waitFor(t, "leadership", func() bool { return h.node.Leader() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const n = 5
+	for id := uint64(2); id < 2+n; id++ {
+		cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(id)}
+		if err := h.node.ProposeConfChange(ctx, cc); err != nil {
+			t.Fatalf("propose learner %d: %v", id, err)
+		}
+	}
+	waitFor(t, "all learners in the configuration", func() bool {
+		st, err := h.node.Status(ctx)
+		return err == nil && len(st.Config.Learners) == n
+	})
+}
