@@ -1,8 +1,10 @@
 package mvcc
 
 import (
+	"bytes"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
@@ -101,4 +103,39 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 		}
 	}
 	return h.Sum32(), currentRev, compactRev, nil
+}
+
+// Hash computes etcd's Maintenance.Hash: CRC-32C over every bucket, in name
+// order, as the bucket name followed by each key and value, skipping the
+// member's own consistent index and term. It commits applied writes to the
+// backend first and returns the revision it saw then. Like etcd's, it is
+// meant for tests: writes applied while it runs may or may not count.
+func (s *Store) Hash() (hash uint32, rev int64, err error) {
+	if err := s.Flush(); err != nil {
+		return 0, 0, err
+	}
+	rev = s.rev.Load()
+	tx, err := s.Backend().ReadTx()
+	if err != nil {
+		return 0, 0, fmt.Errorf("mvcc hash: %w", err)
+	}
+	defer tx.Release()
+	buckets := slices.Clone(backend.AllBuckets)
+	slices.Sort(buckets)
+	h := crc32.New(castagnoli)
+	for _, b := range buckets {
+		h.Write([]byte(b))
+		err := tx.Range(b, nil, nil, 0, func(k, v []byte) bool {
+			if b == backend.Meta && (bytes.Equal(k, metaConsistentIndex) || bytes.Equal(k, metaConsistentTerm)) {
+				return true
+			}
+			h.Write(k)
+			h.Write(v)
+			return true
+		})
+		if err != nil {
+			return 0, 0, fmt.Errorf("mvcc hash: bucket %s: %w", b, err)
+		}
+	}
+	return h.Sum32(), rev, nil
 }

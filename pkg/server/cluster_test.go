@@ -129,6 +129,19 @@ func TestThreeMembersAgree(t *testing.T) {
 		return nil
 	})
 	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+	before, err := ms[0].maint().Hash(ctx5(t), &pb.HashRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, ms[0], "k0", "changed")
+	after, err := ms[0].maint().Hash(ctx5(t), &pb.HashRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Hash == before.Hash || after.Header.Revision <= before.Header.Revision {
+		t.Fatalf("backend hash %d at %d before a put, %d at %d after", before.Hash, before.Header.Revision, after.Hash, after.Header.Revision)
+	}
+	eventually(t, "equal hashes after the put", func() error { return sameHash(t, ms) })
 	leaders := map[uint64]bool{}
 	for _, m := range ms {
 		st, err := m.maint().Status(ctx5(t), &pb.StatusRequest{})
@@ -142,8 +155,11 @@ func TestThreeMembersAgree(t *testing.T) {
 	}
 }
 
+// sameHash reports whether the running members agree on HashKV at one
+// revision and on the whole-backend Hash, whatever their engines.
 func sameHash(t testing.TB, ms []*member) error {
 	var first *pb.HashKVResponse
+	var firstWhole *pb.HashResponse
 	for i, m := range ms {
 		if m.app == nil {
 			continue
@@ -156,12 +172,19 @@ func sameHash(t testing.TB, ms []*member) error {
 		if err != nil {
 			return err
 		}
+		whole, err := m.maint().Hash(ctx5(t), &pb.HashRequest{})
+		if err != nil {
+			return err
+		}
 		if first == nil {
-			first = h
+			first, firstWhole = h, whole
 			continue
 		}
 		if h.HashRevision != first.HashRevision || h.Hash != first.Hash {
 			return fmt.Errorf("member %d: hash %d at %d, first member %d at %d", i+1, h.Hash, h.HashRevision, first.Hash, first.HashRevision)
+		}
+		if whole.Header.Revision != firstWhole.Header.Revision || whole.Hash != firstWhole.Hash {
+			return fmt.Errorf("member %d: backend hash %d at %d, first member %d at %d", i+1, whole.Hash, whole.Header.Revision, firstWhole.Hash, firstWhole.Header.Revision)
 		}
 	}
 	return nil
