@@ -336,7 +336,7 @@ func (n *Node) handleReady() error {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
-				n.noteConfEntries(m.GetEntries(), rd.SoftState)
+				n.noteConfEntries(m.GetEntries(), rd.SoftState != nil && rd.SoftState.RaftState == raft.StateLeader)
 				n.Appends.Put(Append{Msg: m, Traces: n.takeTraces(m)})
 			case raft.LocalApplyThread:
 				n.Applies.Put(m)
@@ -391,14 +391,15 @@ func (n *Node) confPending() bool {
 }
 
 // noteConfEntries moves lastConf past the conf changes among appended
-// entries. A new leader starts from its first entry (raft's own rule), and
-// forgets what it appended as a follower: that may have been overwritten.
-func (n *Node) noteConfEntries(ents []*raftpb.Entry, ss *raft.SoftState) {
-	if len(ents) == 0 {
-		return
-	}
-	if ss != nil && ss.RaftState == raft.StateLeader {
-		n.lastConf = ents[0].GetIndex()
+// entries. A new leader starts from its first entry, the empty one raft
+// appends on election (raft's own rule), and forgets what it appended as a
+// follower: that may have been overwritten.
+func (n *Node) noteConfEntries(ents []*raftpb.Entry, becameLeader bool) {
+	if becameLeader {
+		n.lastConf = 0
+		if len(ents) > 0 {
+			n.lastConf = ents[0].GetIndex()
+		}
 	}
 	for _, e := range ents {
 		if isConfChange(e) {
