@@ -74,7 +74,6 @@ func Exclude(n int64) (release func()) {
 				tuneLocked()
 				return
 			}
-			pacer.excluded = 0
 			pacer.active = false
 			debug.SetGCPercent(pacer.base)
 		})
@@ -104,31 +103,34 @@ func afterGC(gen uint64) {
 	arm(gen)
 }
 
-// gogc is the GC percent in force, -1 for off.
-func gogc() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+// readMetric reads one uint64 runtime metric.
+func readMetric(name string) (uint64, bool) {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0, false
+	}
+	return s[0].Value.Uint64(), true
+}
+
+// gogc is the GC percent in force, -1 for off.
+func gogc() int {
+	v, ok := readMetric("/gc/gogc:percent")
+	if !ok {
 		return 100
 	}
-	v := s[0].Value.Uint64()
 	if v > math.MaxInt32 {
 		return -1 // off is -1 stored unsigned
 	}
 	return int(v)
 }
 
-// tuneLocked sets the GC percent from the heap the last collection found live.
+// tuneLocked sets the GC percent from the heap the last collection found
+// live. The pacer must be active.
 func tuneLocked() {
-	if !pacer.active {
-		return
+	if live, ok := readMetric("/gc/heap/live:bytes"); ok {
+		debug.SetGCPercent(percent(int64(live), pacer.excluded, pacer.base))
 	}
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return
-	}
-	debug.SetGCPercent(percent(int64(s[0].Value.Uint64()), pacer.excluded, pacer.base))
 }
 
 // percent is the GC percent that lets a heap of live bytes grow by base% of
