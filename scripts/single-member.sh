@@ -1,6 +1,16 @@
-# Sourced by the single-member watch scripts: start one fresh member (kvd or
-# etcd, same flags) on 127.0.0.1:25379 and wait for /health; stop it.
-# Needs $work (a scratch directory); sets $pid.
+# Sourced by the single-member watch scripts, from the repo root: builds
+# bin/kvd and bin/bench, sets $etcd_bin (ETCD_BIN or bin/etcd) and $work (a
+# scratch directory removed on exit, named after $1), and gives
+# start_member/stop_member: one fresh member (kvd or etcd, same flags) on
+# 127.0.0.1:25379, waited for on /health; $pid is the running one.
+
+mkdir -p bin
+go build -o bin/kvd ./cmd/kvd
+go build -o bin/bench ./tools/bench
+etcd_bin=${ETCD_BIN:-bin/etcd}
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-$1.XXXXXX")
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 start_member() { # NAME BINARY [ARGS...]
 	local name=$1

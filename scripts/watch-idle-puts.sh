@@ -6,16 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-mkdir -p bin
-go build -o bin/kvd ./cmd/kvd
-go build -o bin/bench ./tools/bench
-etcd_bin=${ETCD_BIN:-bin/etcd}
-work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-watch-idle.XXXXXX")
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-
 # shellcheck source=scripts/single-member.sh
-. "$root/scripts/single-member.sh"
+. "$root/scripts/single-member.sh" watch-idle
 
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (a[int((NR+1)/2)]+a[int((NR+2)/2)])/2}'; }
 reqs() { bin/bench --endpoints 127.0.0.1:25379 --clients 100 --conns 10 --duration 4s --warmup 1s "$@" put 2>&1 | awk '/Requests\/sec/ {printf "%d", $2}'; }

@@ -9,16 +9,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 N=${N:-100000}
-mkdir -p bin
-go build -o bin/kvd ./cmd/kvd
-go build -o bin/bench ./tools/bench
-etcd_bin=${ETCD_BIN:-bin/etcd}
-work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-watch-mem.XXXXXX")
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-
 # shellcheck source=scripts/single-member.sh
-. "$root/scripts/single-member.sh"
+. "$root/scripts/single-member.sh" watch-mem
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
