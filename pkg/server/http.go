@@ -20,7 +20,7 @@ const clusterVersion = "3.7.0"
 // /livez, /readyz and /metrics; and /debug/pprof with enable-pprof.
 func httpHandler(s *api.Server, mt *Metrics, pprofOn bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(mt.Registry, promhttp.HandlerOpts{}))
+	handleMetricsAndHealth(mux, s, mt)
 	if pprofOn {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -31,6 +31,21 @@ func httpHandler(s *api.Server, mt *Metrics, pprofOn bool) http.Handler {
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"etcdserver": Version, "etcdcluster": clusterVersion})
 	})
+	return mux
+}
+
+// metricsHandler serves what etcd serves on listen-metrics-urls: /metrics,
+// /health, /livez and /readyz.
+func metricsHandler(s *api.Server, mt *Metrics) http.Handler {
+	mux := http.NewServeMux()
+	handleMetricsAndHealth(mux, s, mt)
+	return mux
+}
+
+// handleMetricsAndHealth registers /metrics and the probes etcd serves on
+// both the client and the metrics listeners.
+func handleMetricsAndHealth(mux *http.ServeMux, s *api.Server, mt *Metrics) {
+	mux.Handle("/metrics", promhttp.HandlerFor(mt.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
@@ -54,7 +69,6 @@ func httpHandler(s *api.Server, mt *Metrics, pprofOn bool) http.Handler {
 		}
 		ok(w, r)
 	})
-	return mux
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

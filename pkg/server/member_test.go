@@ -245,19 +245,35 @@ func TestLeaseCheckpointFeatureGate(t *testing.T) {
 }
 
 // TestMetricsUseEtcdNames: /metrics answers with etcd's metric names, and the
-// values follow the member.
+// values follow the member; listen-metrics-urls serves the same apart from
+// the client port, with the health probes.
 func TestMetricsUseEtcdNames(t *testing.T) {
 	c := testConfig(t, "bolt", t.TempDir())
+	c.ListenMetricsURLs = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	m := startMember(t, c)
 	rev := put(t, m, "k", "v").Header.Revision
 	u, _ := c.ClientURLs()
-	resp, err := http.Get("http://" + u[0].Host + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	mu, _ := c.MetricsURLs()
+	get := func(host, path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s%s: %d %q", host, path, resp.StatusCode, body)
+		}
+		return string(body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	if got := get(mu[0].Host, "/health"); strings.TrimSpace(got) != `{"health":"true","reason":""}` {
+		t.Errorf("metrics listener /health: %q", got)
+	}
+	if !strings.Contains(get(mu[0].Host, "/metrics"), "etcd_server_has_leader 1") {
+		t.Error("metrics listener /metrics lacks etcd_server_has_leader 1")
+	}
+	text := get(u[0].Host, "/metrics")
 	for _, want := range []string{
 		"etcd_server_has_leader 1",
 		"etcd_server_is_leader 1",

@@ -71,7 +71,7 @@ func Module() fx.Option {
 			newAPI,
 			newActors,
 		),
-		fx.Invoke(startActors, initialCorruptCheck, serveClients, func(*transport.Transport) {}),
+		fx.Invoke(startActors, initialCorruptCheck, serveClients, serveMetrics, func(*transport.Transport) {}),
 	)
 }
 
@@ -332,7 +332,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			for _, u := range urls {
-				ln, err := listen(u)
+				ln, err := listen("listen-client-urls", u)
 				if err != nil {
 					for _, sl := range splits {
 						sl.Close()
@@ -384,13 +384,51 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	return nil
 }
 
-func listen(u url.URL) (net.Listener, error) {
+// serveMetrics serves /metrics, /health, /livez and /readyz on each of
+// listen-metrics-urls from start on, as etcd does, so scrapers and probes
+// need not share the client port.
+func serveMetrics(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics, lg *zap.Logger) error {
+	urls, err := c.MetricsURLs()
+	if err != nil || len(urls) == 0 {
+		return err
+	}
+	srv := &http.Server{Handler: metricsHandler(s, mt), ReadHeaderTimeout: 10 * time.Second}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			var lns []net.Listener
+			for _, u := range urls {
+				ln, err := listen("listen-metrics-urls", u)
+				if err != nil {
+					for _, l := range lns {
+						l.Close()
+					}
+					return err
+				}
+				lns = append(lns, ln)
+			}
+			for _, ln := range lns {
+				lg.Info("serving metrics", zap.String("address", ln.Addr().String()))
+				go func() {
+					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						lg.Warn("metrics serve ended", zap.Error(err))
+					}
+				}()
+			}
+			return nil
+		},
+		// Close also closes the listeners Serve was given.
+		OnStop: func(context.Context) error { return srv.Close() },
+	})
+	return nil
+}
+
+func listen(flag string, u url.URL) (net.Listener, error) {
 	if u.Scheme != "http" {
-		return nil, fmt.Errorf("listen-client-urls: %s: only http is served so far", u.String())
+		return nil, fmt.Errorf("%s: %s: only http is served so far", flag, u.String())
 	}
 	ln, err := net.Listen("tcp", u.Host)
 	if err != nil {
-		return nil, fmt.Errorf("listen-client-urls: listen on %s: %w", u.Host, err)
+		return nil, fmt.Errorf("%s: listen on %s: %w", flag, u.Host, err)
 	}
 	return ln, nil
 }
