@@ -17,10 +17,11 @@ func TestPercent(t *testing.T) {
 		{live: 100 << 20, excluded: 0, base: 100, want: 100},
 		{live: 300 << 20, excluded: 200 << 20, base: 100, want: 33},
 		{live: 300 << 20, excluded: 200 << 20, base: 50, want: 16},
-		// The rest never counts as less than minRest (32 MiB).
-		{live: 202 << 20, excluded: 200 << 20, base: 100, want: 15},
+		// The rest never counts as less than minRest (4 MiB).
+		{live: 202 << 20, excluded: 200 << 20, base: 100, want: 1},
+		{live: 208 << 20, excluded: 200 << 20, base: 100, want: 3},
 		{live: 3200 << 20, excluded: 3190 << 20, base: 100, want: 1},
-		{live: 64 << 20, excluded: 200 << 20, base: 100, want: 50},
+		{live: 8 << 20, excluded: 200 << 20, base: 100, want: 50},
 		{live: 1 << 20, excluded: 200 << 20, base: 100, want: 100},
 	} {
 		if got := percent(tc.live, tc.excluded, tc.base); got != tc.want {
