@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -41,6 +42,10 @@ type Options struct {
 	// through Storage, so a follower slightly behind gets entries instead of
 	// a snapshot (etcd's snapshot-catchup-entries). 0 keeps none.
 	CatchUpEntries uint64
+	// OnFsync, if set, observes how long each WAL fdatasync took (etcd's
+	// etcd_disk_wal_fsync_duration_seconds). Writes that need no fsync, such
+	// as a new commit index alone, are not observed.
+	OnFsync func(time.Duration)
 }
 
 // Log is kvd's raft write-ahead log: WAL segments, raft snapshot files, and
@@ -55,6 +60,7 @@ type Log struct {
 	noSync       bool
 	catchUp      uint64
 	noPrealloc   bool
+	onFsync      func(time.Duration)
 	// syncs counts WAL fdatasyncs (tests).
 	syncs int
 	lg    *zap.Logger
@@ -109,6 +115,7 @@ func Open(opts Options) (*Log, error) {
 		noSync:      opts.NoSync,
 		catchUp:     opts.CatchUpEntries,
 		noPrealloc:  opts.NoPreallocate,
+		onFsync:     opts.OnFsync,
 		lg:          lg.Named("raftlog"),
 		hs:          &raftpb.HardState{},
 	}
@@ -321,9 +328,13 @@ func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) 
 	if l.noSync || (!mustSync && !created) {
 		return nil
 	}
+	start := time.Now()
 	if err := fdatasync(l.f); err != nil {
 		l.err = fmt.Errorf("fdatasync wal segment %s: %w", name, err)
 		return l.err
+	}
+	if l.onFsync != nil {
+		l.onFsync(time.Since(start))
 	}
 	l.syncs++
 	if created {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -502,13 +503,21 @@ func TestSnapshotKeepsCatchUpEntries(t *testing.T) {
 
 // A Save that only moves the commit index is written without an fsync of
 // its own (raft.MustSync's rule), and the next synced write makes it
-// durable; entries, a new term or a new vote are fsynced at once.
+// durable; entries, a new term or a new vote are fsynced at once. OnFsync
+// observes exactly the fsyncs.
 func TestCommitOnlySaveIsNotSynced(t *testing.T) {
 	dir := t.TempDir()
 	o := testOpts{sync: true}
 	l := openLog(t, dir, o)
 	mustSave(t, l, hardState(1, 1, 0), ents(1, 3, 1), nil)
 	n := l.syncs
+	observed := 0
+	l.onFsync = func(d time.Duration) {
+		if d <= 0 {
+			t.Errorf("OnFsync got %v", d)
+		}
+		observed++
+	}
 	mustSave(t, l, hardState(1, 1, 3), nil, nil)
 	if l.syncs != n {
 		t.Fatalf("commit-only save fsynced (%d -> %d)", n, l.syncs)
@@ -518,6 +527,9 @@ func TestCommitOnlySaveIsNotSynced(t *testing.T) {
 	mustSave(t, l, hardState(2, 2, 3), ents(4, 4, 2), nil)
 	if l.syncs != n+3 {
 		t.Fatalf("term, vote and entries made %d fsyncs, want 3", l.syncs-n)
+	}
+	if observed != 3 {
+		t.Fatalf("OnFsync observed %d fsyncs, want 3", observed)
 	}
 	l = reopen(t, l, dir, o)
 	defer l.Close()

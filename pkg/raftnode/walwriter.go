@@ -19,9 +19,6 @@ type WALWriter struct {
 	log    *raftlog.Log
 	node   *Node
 	tracer trace.Tracer
-	// OnSync, if set before Run, observes how long each batch's write and
-	// fsync took (etcd_disk_wal_fsync_duration_seconds).
-	OnSync func(time.Duration)
 	// InstallSnapshot, if set before Run, makes the state machine hold a
 	// raft snapshot received from the leader. It runs before the snapshot is
 	// saved to the WAL: a crash in between leaves a backend ahead of the log,
@@ -85,11 +82,7 @@ func (w *WALWriter) write(ctx context.Context, batch []Append) error {
 	if err := w.log.Save(hs, ents, nil); err != nil {
 		return fmt.Errorf("save wal: %w", err)
 	}
-	end := time.Now()
-	if w.OnSync != nil {
-		w.OnSync(end.Sub(start))
-	}
-	w.traceFsync(batch, start, end)
+	w.traceFsync(batch, start, time.Now())
 	for _, a := range batch {
 		w.node.deliver(a.Msg.GetResponses())
 	}

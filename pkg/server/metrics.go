@@ -1,8 +1,6 @@
 package server
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -28,7 +26,16 @@ type Metrics struct {
 	snapSent, snapSendFailed, snapReceived *prometheus.CounterVec
 }
 
-func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied) *Metrics {
+// walFsyncHistogram is etcd_disk_wal_fsync_duration_seconds. The WAL, which
+// the raft node and so the Metrics depend on, feeds it; so it is made apart.
+type walFsyncHistogram struct{ prometheus.Histogram }
+
+func newWALFsyncHistogram() walFsyncHistogram {
+	return walFsyncHistogram{prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "wal_fsync_duration_seconds",
+		Help: "The latency distributions of fsync called by WAL.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})}
+}
+
+func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, walFsync walFsyncHistogram) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gauge := func(ns, sub, name, help string, f func() float64) {
@@ -62,9 +69,8 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 	info("id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", "server_id", memberHex(cl.Self()))
 
 	mt := &Metrics{
-		Registry: r,
-		walFsync: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "wal_fsync_duration_seconds",
-			Help: "The latency distributions of fsync called by WAL.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		Registry:  r,
+		walFsync:  walFsync.Histogram,
 		watchers:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "watcher_total", Help: "Total number of watchers."}),
 		streams:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "watch_stream_total", Help: "Total number of watch streams."}),
 		events:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "events_total", Help: "Total number of events sent by this member."}),
@@ -92,9 +98,6 @@ func memberHex(id uint64) string {
 	}
 	return string(b)
 }
-
-// ObserveWALSync feeds etcd_disk_wal_fsync_duration_seconds.
-func (m *Metrics) ObserveWALSync(d time.Duration) { m.walFsync.Observe(d.Seconds()) }
 
 // SnapshotSent counts a raft snapshot send to a peer by outcome.
 func (m *Metrics) SnapshotSent(to uint64, ok bool) {

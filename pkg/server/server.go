@@ -67,6 +67,7 @@ func Module() fx.Option {
 			newLeases,
 			newWatchConfig,
 			newMetrics,
+			newWALFsyncHistogram,
 			watchhub.New,
 			newAPI,
 			newActors,
@@ -163,8 +164,9 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Log
 	return s, nil
 }
 
-func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (*raftlog.Log, error) {
-	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries})
+func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, fs walFsyncHistogram, lg *zap.Logger) (*raftlog.Log, error) {
+	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries,
+		OnFsync: func(d time.Duration) { fs.Observe(d.Seconds()) }})
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", c.WALPath(), err)
 	}
@@ -246,7 +248,6 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 		_ = sd.Shutdown(fx.ExitCode(1))
 	})
 	wal := raftnode.NewWALWriter(l, n, tr)
-	wal.OnSync = mt.ObserveWALSync
 	a := &Actors{
 		Group: g,
 		Node:  n,
