@@ -296,6 +296,36 @@ func TestMembershipChanges(t *testing.T) {
 	put(t, ms[2], "y", "2")
 }
 
+// A member removed while it was down never applies its removal: the peers
+// refuse its streams, and it stops on its own as etcd's does, instead of
+// campaigning forever.
+func TestMemberRemovedWhileDownStops(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "bolt", "bolt")
+	ms := startCluster(t, cs)
+	put(t, ms[0], "x", "1")
+	id := cs2ID(t, ms[0], "m3")
+	ms[2].stop()
+	eventually(t, "remove m3 while it is down", func() error {
+		_, err := ms[0].cluster().MemberRemove(ctx5(t), &pb.MemberRemoveRequest{ID: id})
+		return err
+	})
+	put(t, ms[1], "y", "2")
+
+	m := startMember(t, cs[2])
+	select {
+	case sig := <-m.app.Wait():
+		if sig.ExitCode != 0 {
+			t.Fatalf("removed member stopped with exit code %d, want 0", sig.ExitCode)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a member removed while down kept running")
+	}
+	r, err := ms[0].cluster().MemberList(ctx5(t), &pb.MemberListRequest{})
+	if err != nil || len(r.Members) != 2 {
+		t.Fatalf("member list after removal: %v %v", r, err)
+	}
+}
+
 func cs2ID(t testing.TB, m *member, name string) uint64 {
 	t.Helper()
 	r, err := m.cluster().MemberList(ctx5(t), &pb.MemberListRequest{})

@@ -189,6 +189,14 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 			return nil
 		},
 		Unreachable: n.ReportUnreachable,
+		// Cut off while its removal committed, this member never applies
+		// it; the peers' refusal tells it instead, and it stops as etcd's
+		// does.
+		Removed: func() {
+			lg.Warn("the member has been permanently removed from the cluster; stopping",
+				zap.String("data-dir", c.DataDir), zap.String("hint", "the data-dir used by this member must be removed"))
+			_ = sd.Shutdown(fx.ExitCode(0))
+		},
 		SnapshotStatus: func(id uint64, ok bool) {
 			mt.SnapshotSent(id, ok)
 			n.ReportSnapshot(id, ok)

@@ -112,6 +112,7 @@ func (p *peer) run() {
 		if p.ctx.Err() != nil {
 			return
 		}
+		p.t.noteRefusal(err)
 		now := time.Now()
 		p.mu.Lock()
 		if p.active || p.since.IsZero() {

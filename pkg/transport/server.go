@@ -32,6 +32,14 @@ func mdUint(md metadata.MD, key string) (uint64, error) {
 	return n, nil
 }
 
+// removedText is what a refusal of a removed member says, as etcd's peers
+// tell such a member; the member recognises its removal by it.
+const removedText = "the member has been permanently removed from the cluster"
+
+func removedError(from, cluster uint64) error {
+	return status.Errorf(codes.PermissionDenied, "transport: member %x was removed from cluster %x: %s", from, cluster, removedText)
+}
+
 // admit checks who opened a stream: same cluster, addressed to this member,
 // not from a removed member. It returns the sender's ID.
 func (t *Transport) admit(ss grpc.ServerStream) (uint64, error) {
@@ -56,8 +64,7 @@ func (t *Transport) admit(ss grpc.ServerStream) (uint64, error) {
 		err = status.Errorf(codes.FailedPrecondition,
 			"transport: member ID mismatch: stream from %x for member %x reached member %x", from, to, t.cfg.ID)
 	case t.knownRemoved(from):
-		err = status.Errorf(codes.PermissionDenied,
-			"transport: member %x was removed from cluster %x", from, t.cfg.ClusterID)
+		err = removedError(from, t.cfg.ClusterID)
 	}
 	if err != nil {
 		t.lg.Warn("refused peer stream", zap.Error(err))
@@ -84,8 +91,7 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 			return err
 		}
 		if t.knownRemoved(from) {
-			return status.Errorf(codes.PermissionDenied,
-				"transport: member %x was removed from cluster %x", from, t.cfg.ClusterID)
+			return removedError(from, t.cfg.ClusterID)
 		}
 		msgs, err := decodeFrame(frame)
 		if err != nil {

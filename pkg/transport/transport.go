@@ -22,13 +22,16 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults for the zero values of Config.
@@ -74,6 +77,11 @@ type Config struct {
 	// receiver accepted the snapshot (raft.SnapshotFinish), false otherwise
 	// (raft.SnapshotFailure). Optional.
 	SnapshotStatus func(id uint64, ok bool)
+	// Removed is called once when a peer refuses this member's stream
+	// because the cluster removed this member: a member cut off while its
+	// removal was committed never applies that entry itself, and would
+	// otherwise campaign in vain forever. Optional.
+	Removed func()
 	// Members, if set, answers joining members' requests for the member
 	// list (FetchMembers). Optional.
 	Members func() ([]byte, error)
@@ -130,6 +138,8 @@ type Transport struct {
 	stopped bool
 	peers   map[uint64]*peer
 	removed map[uint64]bool
+	// selfRemoved guards Config.Removed.
+	selfRemoved sync.Once
 }
 
 // New returns a Transport that sends to no peer until AddPeer, and receives
@@ -342,6 +352,17 @@ func (t *Transport) Stop() {
 	t.mu.Unlock()
 	t.server.Stop()
 	t.wg.Wait()
+}
+
+// noteRefusal calls Config.Removed if err is a peer's refusal of this
+// member as removed.
+func (t *Transport) noteRefusal(err error) {
+	if t.cfg.Removed == nil || err == nil {
+		return
+	}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.PermissionDenied && strings.Contains(s.Message(), removedText) {
+		t.selfRemoved.Do(t.cfg.Removed)
+	}
 }
 
 func (t *Transport) knownRemoved(id uint64) bool {

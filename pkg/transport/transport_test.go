@@ -565,7 +565,8 @@ func deadAddr(t *testing.T) string {
 }
 
 func TestRemovedPeerStreamEnds(t *testing.T) {
-	a := startMember(t, 1, 7, "", nil)
+	var told atomic.Int32
+	a := startMember(t, 1, 7, "", func(c *Config) { c.Removed = func() { told.Add(1) } })
 	b := startMember(t, 2, 7, "", nil)
 	connect(t, a, b)
 	b.RemovePeer(1)
@@ -580,6 +581,29 @@ func TestRemovedPeerStreamEnds(t *testing.T) {
 	})
 	if n := len(b.Received()); n != 0 {
 		t.Fatalf("removed member delivered %d messages", n)
+	}
+	// The removed member is told, once, however often it is refused.
+	waitFor(t, "Removed callback", func() bool { return told.Load() > 0 })
+	time.Sleep(300 * time.Millisecond) // several retries (backoff from 20 ms), each refused
+	if n := told.Load(); n != 1 {
+		t.Fatalf("Removed called %d times, want 1", n)
+	}
+}
+
+// A refusal for another reason (cluster ID mismatch) is not a removal.
+func TestOtherRefusalIsNotRemoval(t *testing.T) {
+	var told atomic.Int32
+	a := startMember(t, 1, 7, "", func(c *Config) { c.Removed = func() { told.Add(1) } })
+	b := startMember(t, 2, 8, "", nil)
+	if err := a.AddPeer(2, []string{b.url}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "refusal", func() bool {
+		err := a.Health(2).LastError
+		return err != nil && strings.Contains(err.Error(), "cluster ID mismatch")
+	})
+	if told.Load() != 0 {
+		t.Fatal("Removed called for a cluster ID mismatch")
 	}
 }
 
