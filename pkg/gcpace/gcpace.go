@@ -27,11 +27,11 @@ import (
 
 // minRest is the least heap the headroom is computed from: the runtime's
 // own minimum, so a member with an excluded arena collects as one without
-// it would. The allocation working set between collections is what a
-// one-client request pays for in cache misses: in a 3-member Badger cluster
-// a 32 MiB floor gave 485 one-client puts/s against 532 with 4 MiB (bolt:
-// 543), while at 100 clients the CPU per put was the same for 4, 8, 16 and
-// 32 MiB within the noise (213-250 ms per 1,000 puts).
+// it would. The allocation working set between collections costs cache
+// misses on every request: on 3-member Badger clusters (scripts/cluster-ab.sh,
+// interleaved rounds) a 32 MiB floor gave 472 one-client puts/s against 489
+// with 4 MiB, and at 100 clients 5,676 puts/s at 299 µs of CPU each against
+// 6,134 at 270 µs.
 const minRest = 4 << 20
 
 var pacer struct {
