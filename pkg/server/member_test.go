@@ -291,3 +291,25 @@ func TestMetricsUseEtcdNames(t *testing.T) {
 		t.Error("no WAL fsync observed in etcd_disk_wal_fsync_duration_seconds")
 	}
 }
+
+// A metrics URL that cannot be bound stops the start with an error naming
+// the flag, and the client port is not left bound.
+func TestBusyMetricsURLIsRefused(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	c := testConfig(t, "bolt", t.TempDir())
+	c.ListenMetricsURLs = "http://" + busy.Addr().String()
+	err = startErr(t, c)
+	if err == nil || !strings.Contains(err.Error(), "listen-metrics-urls") {
+		t.Fatalf("start with a busy metrics port: %v", err)
+	}
+	u, _ := c.ClientURLs()
+	ln, err := net.Listen("tcp", u[0].Host)
+	if err != nil {
+		t.Fatalf("client port still bound after the failed start: %v", err)
+	}
+	ln.Close()
+}

@@ -332,14 +332,11 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	stopc := make(chan struct{})
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			for _, u := range urls {
-				ln, err := listen("listen-client-urls", u)
-				if err != nil {
-					for _, sl := range splits {
-						sl.Close()
-					}
-					return err
-				}
+			lns, err := listenAll("listen-client-urls", urls)
+			if err != nil {
+				return err
+			}
+			for _, ln := range lns {
 				splits = append(splits, newSplitListener(ln))
 			}
 			go func() {
@@ -396,16 +393,9 @@ func serveMetrics(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics,
 	srv := &http.Server{Handler: metricsHandler(s, mt), ReadHeaderTimeout: 10 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			var lns []net.Listener
-			for _, u := range urls {
-				ln, err := listen("listen-metrics-urls", u)
-				if err != nil {
-					for _, l := range lns {
-						l.Close()
-					}
-					return err
-				}
-				lns = append(lns, ln)
+			lns, err := listenAll("listen-metrics-urls", urls)
+			if err != nil {
+				return err
 			}
 			for _, ln := range lns {
 				lg.Info("serving metrics", zap.String("address", ln.Addr().String()))
@@ -421,6 +411,23 @@ func serveMetrics(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics,
 		OnStop: func(context.Context) error { return srv.Close() },
 	})
 	return nil
+}
+
+// listenAll binds every URL of flag, or none: on an error it closes what it
+// bound.
+func listenAll(flag string, urls []url.URL) ([]net.Listener, error) {
+	var lns []net.Listener
+	for _, u := range urls {
+		ln, err := listen(flag, u)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
 }
 
 func listen(flag string, u url.URL) (net.Listener, error) {
