@@ -150,6 +150,7 @@ type flushReq struct {
 type flusher struct {
 	s        *Store
 	interval time.Duration
+	onCommit func(time.Duration)
 	reqc     chan flushReq
 	stopc    chan struct{}
 	donec    chan struct{}
@@ -238,7 +239,12 @@ func (f *flusher) flush(reqs []flushReq) {
 	w := s.freeze()
 	reply(false, nil)
 	if w != nil {
-		if err := s.commit(w); err != nil {
+		start := time.Now()
+		err := s.commit(w)
+		if err == nil && f.onCommit != nil {
+			f.onCommit(time.Since(start))
+		}
+		if err != nil {
 			f.err = err
 			s.flushFailed.Store(&err)
 			s.lg.Error("backend commit of applied writes failed; the store refuses further writes", zap.Error(err))

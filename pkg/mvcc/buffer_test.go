@@ -262,10 +262,16 @@ func TestCrashLeavesFlushedPrefix(t *testing.T) {
 }
 
 // Without any Flush call, applied writes reach the backend within the batch
-// interval.
+// interval; OnCommit observes that commit, and no other while idle.
 func TestFlushOnInterval(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engine) {
-		ts := newTestStoreConfig(t, e, config{batchInterval: 5 * time.Millisecond, batchLimit: 1 << 30, batchBytes: 1 << 30})
+		var commits atomic.Int32
+		ts := newTestStoreConfig(t, e, config{batchInterval: 5 * time.Millisecond, batchLimit: 1 << 30, batchBytes: 1 << 30,
+			onCommit: func(d time.Duration) {
+				if d > 0 {
+					commits.Add(1)
+				}
+			}})
 		ts.apply(func(b *Batch) {
 			tw := b.Write()
 			tw.Put([]byte("a"), []byte("1"), 0)
@@ -281,6 +287,16 @@ func TestFlushOnInterval(t *testing.T) {
 		}
 		if n := ts.countKeyBucket(ts.Rev()); n != 1 {
 			t.Fatalf("backend holds %d revisions with the consistent index, want 1", n)
+		}
+		for commits.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("OnCommit did not observe the commit")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // ten idle intervals
+		if n := commits.Load(); n != 1 {
+			t.Fatalf("OnCommit observed %d commits, want 1: idle intervals commit nothing", n)
 		}
 	})
 }

@@ -290,6 +290,14 @@ func TestMetricsUseEtcdNames(t *testing.T) {
 	if strings.Contains(text, "etcd_disk_wal_fsync_duration_seconds_count 0\n") || !strings.Contains(text, "etcd_disk_wal_fsync_duration_seconds_count") {
 		t.Error("no WAL fsync observed in etcd_disk_wal_fsync_duration_seconds")
 	}
+	// The put reaches the backend within the batch interval (100 ms).
+	eventually(t, "a backend commit in etcd_disk_backend_commit_duration_seconds", func() error {
+		text := get(u[0].Host, "/metrics")
+		if !strings.Contains(text, "etcd_disk_backend_commit_duration_seconds_count") || strings.Contains(text, "etcd_disk_backend_commit_duration_seconds_count 0\n") {
+			return fmt.Errorf("no commit observed")
+		}
+		return nil
+	})
 }
 
 // A metrics URL that cannot be bound stops the start with an error naming

@@ -16,7 +16,6 @@ import (
 // member's state at scrape time, so the hot path pays nothing for them.
 type Metrics struct {
 	Registry  *prometheus.Registry
-	walFsync  prometheus.Histogram
 	watchers  prometheus.Gauge
 	streams   prometheus.Gauge
 	events    prometheus.Counter
@@ -26,16 +25,26 @@ type Metrics struct {
 	snapSent, snapSendFailed, snapReceived *prometheus.CounterVec
 }
 
-// walFsyncHistogram is etcd_disk_wal_fsync_duration_seconds. The WAL, which
-// the raft node and so the Metrics depend on, feeds it; so it is made apart.
-type walFsyncHistogram struct{ prometheus.Histogram }
-
-func newWALFsyncHistogram() walFsyncHistogram {
-	return walFsyncHistogram{prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "wal_fsync_duration_seconds",
-		Help: "The latency distributions of fsync called by WAL.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})}
+// diskHistograms are etcd's disk latency histograms. The WAL and the store,
+// which the raft node and so the Metrics depend on, feed them; so they are
+// made apart.
+type diskHistograms struct {
+	walFsync      prometheus.Histogram // etcd_disk_wal_fsync_duration_seconds
+	backendCommit prometheus.Histogram // etcd_disk_backend_commit_duration_seconds
 }
 
-func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, walFsync walFsyncHistogram) *Metrics {
+func newDiskHistograms() diskHistograms {
+	h := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: name,
+			Help: help, Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	}
+	return diskHistograms{
+		walFsync:      h("wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL."),
+		backendCommit: h("backend_commit_duration_seconds", "The latency distributions of commit called by backend."),
+	}
+}
+
+func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, disk diskHistograms) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gauge := func(ns, sub, name, help string, f func() float64) {
@@ -70,7 +79,6 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 
 	mt := &Metrics{
 		Registry:  r,
-		walFsync:  walFsync.Histogram,
 		watchers:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "watcher_total", Help: "Total number of watchers."}),
 		streams:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "watch_stream_total", Help: "Total number of watch streams."}),
 		events:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "events_total", Help: "Total number of events sent by this member."}),
@@ -83,7 +91,7 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 	mt.snapSent = snapCounter("snapshot_send_success", "Total number of successful snapshot sends", "To")
 	mt.snapSendFailed = snapCounter("snapshot_send_failures", "Total number of snapshot send failures", "To")
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
-	r.MustRegister(mt.walFsync, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived)
+	r.MustRegister(disk.walFsync, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived)
 	return mt
 }
 

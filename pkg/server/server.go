@@ -67,7 +67,7 @@ func Module() fx.Option {
 			newLeases,
 			newWatchConfig,
 			newMetrics,
-			newWALFsyncHistogram,
+			newDiskHistograms,
 			watchhub.New,
 			newAPI,
 			newActors,
@@ -148,12 +148,13 @@ func openBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
 	return be, nil
 }
 
-func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Logger) (*mvcc.Store, error) {
+func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHistograms, lg *zap.Logger) (*mvcc.Store, error) {
 	s, err := mvcc.OpenWithOptions(be, mvcc.Options{
 		Logger:            lg.Named("mvcc"),
 		BatchInterval:     c.BackendBatchInterval.Std(),
 		BatchLimit:        c.BackendBatchLimit,
 		CompactBatchLimit: c.CompactionBatchLimit,
+		OnCommit:          func(d time.Duration) { disk.backendCommit.Observe(d.Seconds()) },
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open mvcc store: %w", err), be.Close())
@@ -164,9 +165,9 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, lg *zap.Log
 	return s, nil
 }
 
-func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, fs walFsyncHistogram, lg *zap.Logger) (*raftlog.Log, error) {
+func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, disk diskHistograms, lg *zap.Logger) (*raftlog.Log, error) {
 	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries,
-		OnFsync: func(d time.Duration) { fs.Observe(d.Seconds()) }})
+		OnFsync: func(d time.Duration) { disk.walFsync.Observe(d.Seconds()) }})
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", c.WALPath(), err)
 	}
