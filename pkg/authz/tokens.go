@@ -1,0 +1,43 @@
+package authz
+
+import "time"
+
+// Info is who a request comes from: a user name and the auth revision the
+// identity was established at. The API puts both in the request header; the
+// applier refuses a request whose revision is older than the store's.
+type Info struct {
+	User     string
+	Revision uint64
+}
+
+// Tokens mints and resolves the tokens Authenticate hands out: etcd's
+// "simple" (random, kept in memory on every member, expiring after a TTL of
+// disuse) or "jwt" (signed, self-contained) providers.
+//
+// Authenticate reaches the state machine through raft, so every member runs
+// Assign for every token; a member can then resolve any token a client got
+// from any member.
+type Tokens interface {
+	// Prefix is called at the API before Authenticate is proposed: a fresh
+	// random part for a simple token, "" for providers that need none.
+	Prefix() (string, error)
+	// Assign mints user's token when the Authenticate entry is applied at
+	// raft index, at auth revision rev, with the prefix the API chose.
+	Assign(user string, rev uint64, prefix string, index uint64) (string, error)
+	// Info resolves a token. rev is the store's current revision (a simple
+	// token carries none, so it is checked at the current one); a JWT
+	// carries the revision it was signed at. ok is false for an unknown,
+	// expired or malformed token.
+	Info(token string, rev uint64) (info Info, ok bool)
+	// Enable and Disable follow the store's enabled flag: disabling drops
+	// every simple token.
+	Enable()
+	Disable()
+	// InvalidateUser drops the simple tokens of a deleted user or one whose
+	// password changed.
+	InvalidateUser(user string)
+}
+
+// DefaultTokenTTL is how long a JWT lives when its options name no ttl, as
+// in etcd.
+const DefaultTokenTTL = 5 * time.Minute
