@@ -154,17 +154,41 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 }
 
-// TLS is etcd's client-transport-security / peer-transport-security block.
+// TLS is etcd's client-transport-security / peer-transport-security block
+// (pkg/tlsconf turns it into TLS configurations). The files are read again
+// at each handshake when they changed, so rotated certificates need no
+// restart.
 type TLS struct {
-	CertFile       string `yaml:"cert-file"`
-	KeyFile        string `yaml:"key-file"`
+	// CertFile and KeyFile are the certificate the member serves; it also
+	// presents it when it connects to a member, unless ClientCertFile is set.
+	CertFile string `yaml:"cert-file"`
+	KeyFile  string `yaml:"key-file"`
+	// ClientCertFile and ClientKeyFile are the certificate the member
+	// presents when it connects, as a client, to another member (peer
+	// streams and snapshots for the peer block; member-to-member client
+	// calls for the client block).
+	ClientCertFile string `yaml:"client-cert-file"`
+	ClientKeyFile  string `yaml:"client-key-file"`
+	// ClientCertAuth requires and verifies client certificates. As in etcd,
+	// TrustedCAFile alone requires them too.
 	ClientCertAuth bool   `yaml:"client-cert-auth"`
 	TrustedCAFile  string `yaml:"trusted-ca-file"`
-	AutoTLS        bool   `yaml:"auto-tls"`
+	// AutoTLS generates a self-signed certificate under
+	// <data-dir>/fixtures/client or fixtures/peer when no cert-file is given.
+	AutoTLS bool `yaml:"auto-tls"`
+	// AllowedCNs and AllowedHostnames (exclusive) restrict the certificates
+	// accepted from the other side: its verified certificate's CommonName
+	// must be one of AllowedCNs, or the certificate must be valid for one
+	// of AllowedHostnames.
+	AllowedCNs       []string `yaml:"allowed-cn"`
+	AllowedHostnames []string `yaml:"allowed-hostname"`
 }
 
 // Empty reports whether no TLS material or mode is configured.
-func (t TLS) Empty() bool { return t == TLS{} }
+func (t TLS) Empty() bool {
+	return t.CertFile == "" && t.KeyFile == "" && t.ClientCertFile == "" && t.ClientKeyFile == "" &&
+		!t.ClientCertAuth && t.TrustedCAFile == "" && !t.AutoTLS && len(t.AllowedCNs) == 0 && len(t.AllowedHostnames) == 0
+}
 
 // Backend chooses the storage engine and carries each engine's options. Only
 // the chosen engine's block is used; the other may stay at its defaults.

@@ -94,6 +94,17 @@ func registerTLSFlags(fs *flag.FlagSet, t *TLS, prefix string) {
 	fs.BoolVar(&t.ClientCertAuth, prefix+"client-cert-auth", t.ClientCertAuth, "enable "+who+" cert authentication")
 	fs.StringVar(&t.TrustedCAFile, prefix+"trusted-ca-file", t.TrustedCAFile, "path to the "+who+" server TLS trusted CA file")
 	fs.BoolVar(&t.AutoTLS, prefix+"auto-tls", t.AutoTLS, who+" TLS using generated certificates")
+	fs.StringVar(&t.ClientCertFile, prefix+"client-cert-file", t.ClientCertFile, "path to the TLS cert file this member presents when it connects to another member's "+who+" URL (default the "+who+" cert-file)")
+	fs.StringVar(&t.ClientKeyFile, prefix+"client-key-file", t.ClientKeyFile, "path to the key file of the "+who+" client-cert-file")
+	// etcd's names: --peer-cert-allowed-cn, --peer-cert-allowed-hostname,
+	// --client-cert-allowed-hostname (the client block's allowed-cn is a
+	// file key only, as in etcd).
+	if prefix != "" {
+		fs.Var((*stringList)(&t.AllowedCNs), prefix+"cert-allowed-cn", "comma-separated list of allowed CNs for inter-peer TLS authentication")
+		fs.Var((*stringList)(&t.AllowedHostnames), prefix+"cert-allowed-hostname", "comma-separated list of allowed SAN hostnames for inter-peer TLS authentication")
+	} else {
+		fs.Var((*stringList)(&t.AllowedHostnames), "client-cert-allowed-hostname", "comma-separated list of allowed SAN hostnames for client cert authentication")
+	}
 }
 
 // stringList is a comma-separated flag; each use replaces the list.

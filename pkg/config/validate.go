@@ -58,7 +58,7 @@ func (c *Config) Validate() error {
 	addErr(err)
 	advPeerURLs, err := v.AdvertisePeerURLs()
 	addErr(err)
-	_, err = v.MetricsURLs()
+	metricsURLs, err := v.MetricsURLs()
 	addErr(err)
 	addErr(checkTLS("client-transport-security", v.ClientTLS))
 	addErr(checkTLS("peer-transport-security", v.PeerTLS))
@@ -67,6 +67,9 @@ func (c *Config) Validate() error {
 	}
 	if needsTLS(peerURLs) && !hasTLS(v.PeerTLS) {
 		add("listen-peer-urls", "https URL needs peer-transport-security cert-file and key-file, or auto-tls")
+	}
+	if needsTLS(metricsURLs) && !hasTLS(v.ClientTLS) {
+		add("listen-metrics-urls", "https URL needs client-transport-security cert-file and key-file, or auto-tls")
 	}
 
 	members, err := v.InitialClusterMap()
@@ -208,13 +211,39 @@ func (t Tracing) validate() []error {
 }
 
 func checkTLS(key string, t TLS) error {
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s", key, fmt.Sprintf(format, args...)))
+	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		return fmt.Errorf("%s: cert-file and key-file must be set together", key)
+		add("cert-file: cert-file and key-file must be set together")
+	}
+	if (t.ClientCertFile == "") != (t.ClientKeyFile == "") {
+		add("client-cert-file: client-cert-file and client-key-file must be set together")
 	}
 	if t.ClientCertAuth && t.TrustedCAFile == "" && !t.AutoTLS {
-		return fmt.Errorf("%s: client-cert-auth needs trusted-ca-file", key)
+		add("client-cert-auth: needs trusted-ca-file")
 	}
-	return nil
+	if len(t.AllowedCNs) > 0 && len(t.AllowedHostnames) > 0 {
+		add("allowed-cn: allowed-cn and allowed-hostname are mutually exclusive")
+	}
+	for _, l := range []struct {
+		key  string
+		vals []string
+	}{{"allowed-cn", t.AllowedCNs}, {"allowed-hostname", t.AllowedHostnames}} {
+		if len(l.vals) == 0 {
+			continue
+		}
+		if slices.Contains(l.vals, "") {
+			add("%s: empty entry in %q", l.key, l.vals)
+		}
+		// Without client certificates there is nothing to check the
+		// connecting side against: refuse rather than let anyone in.
+		if !t.ClientCertAuth && t.TrustedCAFile == "" {
+			add("%s: needs client-cert-auth (and trusted-ca-file): without client certificates no %s can be checked", l.key, strings.TrimPrefix(l.key, "allowed-"))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func hasTLS(t TLS) bool { return t.AutoTLS || (t.CertFile != "" && t.KeyFile != "") }
