@@ -1,6 +1,10 @@
 package authz
 
-import "time"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
 
 // Info is who a request comes from: a user name and the auth revision the
 // identity was established at. The API puts both in the request header; the
@@ -36,8 +40,20 @@ type Tokens interface {
 	// InvalidateUser drops the simple tokens of a deleted user or one whose
 	// password changed.
 	InvalidateUser(user string)
+	// Close drops every token and ends the provider's goroutine, if it has
+	// one; Enable does nothing afterwards. Close may be called more than
+	// once.
+	Close()
 }
 
 // DefaultTokenTTL is how long a JWT lives when its options name no ttl, as
 // in etcd.
 const DefaultTokenTTL = 5 * time.Minute
+
+// TokenFingerprint is what may be logged of a token: the first 12 hex
+// digits of its SHA-256, as etcd logs it, so the same token has the same
+// fingerprint in etcd's logs and kvd's. Never log a token itself.
+func TokenFingerprint(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])[:12]
+}
