@@ -340,6 +340,9 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			if requireLeader(ctx) && s.Raft.Leader() == raft.None {
 				return nil, rpctypes.ErrGRPCNoLeader
 			}
+			if err := s.checkMethod(ctx, info.FullMethod, req); err != nil {
+				return nil, err
+			}
 		}
 		return h(ctx, req)
 	}
@@ -357,6 +360,9 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		if s.Cluster.IsLearner(s.Raft.ID()) {
 			return rpctypes.ErrGRPCNotSupportedForLearner
+		}
+		if err := s.checkMethod(ss.Context(), info.FullMethod, nil); err != nil {
+			return err
 		}
 		if !requireLeader(ss.Context()) {
 			return h(srv, ss)

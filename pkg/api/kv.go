@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -32,11 +33,18 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 			return nil, err
 		}
 	}
+	checked, err := s.readCheck(ctx, func(who authz.Info) error { return s.Auth.CheckRead(who, r.Key, r.RangeEnd) })
+	if err != nil {
+		return nil, err
+	}
 	rv := s.Store.Read()
 	resp, err := apply.Range(rv, r)
 	rv.End()
 	if err != nil {
 		return nil, mvccErr(err)
+	}
+	if err := s.readStale(checked); err != nil {
+		return nil, err
 	}
 	s.fill(resp.Header)
 	return resp, nil
@@ -93,11 +101,18 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 				return nil, err
 			}
 		}
+		checked, err := s.readCheck(ctx, func(who authz.Info) error { return apply.CheckTxn(s.Auth, who, r, nil) })
+		if err != nil {
+			return nil, err
+		}
 		rv := s.Store.Read()
 		resp, err := apply.ReadOnlyTxn(rv, s.Store.CompactRev(), r)
 		rv.End()
 		if err != nil {
 			return nil, mvccErr(err)
+		}
+		if err := s.readStale(checked); err != nil {
+			return nil, err
 		}
 		s.fill(resp.Header)
 		return resp, nil
@@ -160,6 +175,9 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 		if err := s.linearize(ctx); err != nil {
 			return err
 		}
+	}
+	if _, err := s.readCheck(ctx, func(who authz.Info) error { return s.Auth.CheckRead(who, r.Key, r.RangeEnd) }); err != nil {
+		return err
 	}
 	// Each chunk is a Range of its own (same sort and limit rules, so a
 	// non-key sort target orders keys within a chunk, as etcd does), read at

@@ -67,6 +67,14 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	s := l.s
 	ctx, span := s.span(ctx, "lease.TimeToLive")
 	defer span.End()
+	// Only a request for the keys is checked against them, as etcd.
+	var checked uint64
+	if r.Keys {
+		var err error
+		if checked, err = s.checkLeaseKeys(ctx, []int64{r.ID}); err != nil {
+			return nil, err
+		}
+	}
 	if lead, fwd := s.leaseForward(); fwd {
 		// Only the leader's lessor knows the remaining TTL.
 		conn, err := s.leaderConn(lead)
@@ -75,7 +83,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		}
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		defer cancel()
-		resp, err := pb.NewLeaseClient(conn).LeaseTimeToLive(fctx, r)
+		resp, err := pb.NewLeaseClient(conn).LeaseTimeToLive(forwardAuth(fctx), r)
 		if err != nil {
 			return nil, s.forwardErr(ctx, err)
 		}
@@ -103,6 +111,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		for i, k := range st.Keys {
 			resp.Keys[i] = []byte(k)
 		}
+		if err := s.readStale(checked); err != nil {
+			return nil, err
+		}
 	}
 	return resp, nil
 }
@@ -110,6 +121,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 func (l *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	s := l.s
 	ids := s.Leases.Leases()
+	if _, err := s.checkLeaseKeys(ctx, ids); err != nil {
+		return nil, err
+	}
 	resp := &pb.LeaseLeasesResponse{Header: s.header(s.Store.Rev()), Leases: make([]*pb.LeaseStatus, len(ids))}
 	for i, id := range ids {
 		resp.Leases[i] = &pb.LeaseStatus{ID: id}
@@ -151,6 +165,9 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 
 func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 	if err := s.leasePrimary(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.checkRenew(ctx, id); err != nil {
 		return 0, err
 	}
 	if s.Leases.CheckpointedTTL(id) > 0 {
@@ -229,7 +246,7 @@ func (f *keepAliveForward) renew(ctx context.Context, s *Server, lead uint64, id
 			return 0, err
 		}
 		sctx, cancel := context.WithCancel(ctx)
-		st, err := pb.NewLeaseClient(conn).LeaseKeepAlive(sctx)
+		st, err := pb.NewLeaseClient(conn).LeaseKeepAlive(forwardAuth(sctx))
 		if err != nil {
 			cancel()
 			return 0, s.forwardErr(ctx, err)
@@ -294,7 +311,7 @@ func (s *Server) leasePrimary(ctx context.Context) error {
 // ProposeLeaseRevoke proposes the revocation of an expired lease through
 // raft without waiting for it to apply (the lease-expirer actor's call).
 func (s *Server) ProposeLeaseRevoke(ctx context.Context, id int64) error {
-	req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: s.ids.next()}, LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}}
+	req := &pb.InternalRaftRequest{Header: s.internalHeader(), LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -51,6 +52,11 @@ type Config struct {
 	// QuotaBytes is reported as db_size_quota.
 	QuotaBytes int64
 	Version    string
+	// ClientCertAuth makes a verified client certificate's CommonName the
+	// caller when the request has no token (client-cert-auth).
+	ClientCertAuth bool
+	// BcryptCost hashes new passwords (bcrypt-cost).
+	BcryptCost int
 }
 
 // Deps are the member's parts the API talks to.
@@ -69,6 +75,8 @@ type Deps struct {
 	Leases *leasemgr.Manager
 	// WatchHub, if set, serves the Watch service.
 	WatchHub *watchhub.Hub
+	// Auth, if set, serves the Auth service and checks callers.
+	Auth *authz.Store
 }
 
 // Server implements the services.
@@ -123,6 +131,9 @@ func (s *Server) Register(g *grpc.Server) {
 	if s.WatchHub != nil {
 		pb.RegisterWatchServer(g, &watchServer{s: s})
 	}
+	if s.Auth != nil {
+		pb.RegisterAuthServer(g, &authServer{s: s})
+	}
 }
 
 func (s *Server) header(rev int64) *pb.ResponseHeader {
@@ -144,6 +155,14 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
 	id := s.ids.next()
 	req.Header = &pb.RequestHeader{ID: id}
+	// Who is calling travels in the entry: the applier checks it there.
+	who, err := s.caller(ctx)
+	if err != nil {
+		return apply.Result{}, err
+	}
+	if who != nil {
+		req.Header.Username, req.Header.AuthRevision = who.User, who.Revision
+	}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return apply.Result{}, err

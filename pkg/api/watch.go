@@ -68,6 +68,10 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 					continue
 				}
 				r := watchRequest(u.CreateRequest)
+				if err := w.s.watchPermitted(stream.Context(), u.CreateRequest); err != nil {
+					// Refused in order with the stream's other creates.
+					r.Refuse = watchRefusal(err)
+				}
 				select {
 				case slots <- struct{}{}:
 				case <-stream.Context().Done():

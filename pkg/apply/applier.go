@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -52,6 +53,9 @@ type Config struct {
 	// Leases, if set, is changed by LeaseGrant and LeaseRevoke and follows
 	// which keys each lease holds; nil: no leases exist.
 	Leases *leasemgr.Manager
+	// Auth, if set, is the auth store: Auth requests change it and every
+	// request is checked against it; nil: no auth.
+	Auth *authz.Store
 	// Members, if set, is the member list conf changes and attribute
 	// updates change; nil: conf changes only reach raft.
 	Members *membership.Cluster
@@ -228,7 +232,7 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 			if id == 0 {
 				id = req.ID
 			}
-			res := a.applyRequest(b, req)
+			res := a.applyRequest(b, req, e.GetIndex())
 			if a.fatal != nil {
 				return a.fatal
 			}
@@ -306,9 +310,17 @@ func (a *Applier) maybeSnapshot() error {
 	return nil
 }
 
-func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest) Result {
+func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) Result {
 	span := a.startSpan(req)
 	defer span.End()
+	if a.cfg.Auth != nil {
+		if authz.IsAuthRequest(req) {
+			return a.applyAuth(b, req, index)
+		}
+		if err := a.checkRequest(req); err != nil {
+			return Result{Err: err}
+		}
+	}
 	switch {
 	case req.Put != nil:
 		return a.applyTxnLike(b, func(t *mvcc.TxnWrite, p *precheck) (proto.Message, error) {

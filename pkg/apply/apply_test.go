@@ -35,7 +35,7 @@ func do(t *testing.T, a *Applier, st *mvcc.Store, req *pb.InternalRaftRequest) R
 	t.Helper()
 	var res Result
 	if err := st.Apply(func(b *mvcc.Batch) error {
-		res = a.applyRequest(b, req)
+		res = a.applyRequest(b, req, 0)
 		return a.fatal
 	}); err != nil {
 		t.Fatal(err)

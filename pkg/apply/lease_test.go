@@ -77,7 +77,7 @@ func (e *leaseEnv) do(req *pb.InternalRaftRequest) Result {
 	a.events = nil
 	var res Result
 	if err := e.st.Apply(func(b *mvcc.Batch) error {
-		res = a.applyRequest(b, req)
+		res = a.applyRequest(b, req, 0)
 		return a.fatal
 	}); err != nil {
 		e.t.Fatal(err)

@@ -383,13 +383,30 @@ func (m *Manager) TimeToLive(id int64, keys bool) (Status, error) {
 	}
 	st := Status{ID: id, TTL: int64(l.remaining(m.cfg.Now()).Seconds()), GrantedTTL: l.ttl}
 	if keys {
-		st.Keys = make([]string, 0, len(l.keys))
-		for k := range l.keys {
-			st.Keys = append(st.Keys, k)
-		}
-		slices.Sort(st.Keys)
+		st.Keys = sortedKeys(l.keys)
 	}
 	return st, nil
+}
+
+// Keys returns the keys attached to lease id, sorted; nil if it does not
+// exist.
+func (m *Manager) Keys(id int64) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.leases[id]
+	if l == nil {
+		return nil
+	}
+	return sortedKeys(l.keys)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Leases returns the IDs of all leases, soonest expiry first (ties by ID).

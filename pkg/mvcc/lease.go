@@ -51,30 +51,10 @@ type auxPending struct {
 // it is for start-up and tests, not for the hot path; writes applied
 // concurrently with the call may or may not be seen. Not from inside Apply.
 func (s *Store) Leases(fn func(id int64, value []byte) error) error {
-	if err := s.Flush(); err != nil {
-		return fmt.Errorf("read leases: %w", err)
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	tx, err := s.be.ReadTx()
-	if err != nil {
-		return fmt.Errorf("read leases: read tx: %w", err)
-	}
-	defer tx.Release()
-	var fnErr error
-	err = tx.Range(backend.Lease, nil, nil, 0, func(k, v []byte) bool {
+	return s.records(backend.Lease, "leases", func(k, v []byte) error {
 		if len(k) != 8 {
-			fnErr = fmt.Errorf("read leases: bad lease key %x", k)
-			return false
+			return fmt.Errorf("bad lease key %x", k)
 		}
-		fnErr = fn(int64(binary.BigEndian.Uint64(k)), append([]byte(nil), v...))
-		return fnErr == nil
+		return fn(int64(binary.BigEndian.Uint64(k)), v)
 	})
-	if err == nil {
-		err = fnErr
-	}
-	if err != nil {
-		return fmt.Errorf("read leases: %w", err)
-	}
-	return nil
 }

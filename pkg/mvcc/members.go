@@ -1,10 +1,6 @@
 package mvcc
 
-import (
-	"fmt"
-
-	"github.com/kvd-dev/kvd/pkg/backend"
-)
+import "github.com/kvd-dev/kvd/pkg/backend"
 
 // Member records live in bucket backend.Members. Keys and values are the
 // membership package's; like lease records they go through the write-back
@@ -25,26 +21,5 @@ func (b *Batch) DeleteMember(key string) {
 // Members calls fn with every member record, in key order. Like Leases it
 // flushes first: for start-up and snapshot installs, not the hot path.
 func (s *Store) Members(fn func(key string, value []byte) error) error {
-	if err := s.Flush(); err != nil {
-		return fmt.Errorf("read members: %w", err)
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	tx, err := s.be.ReadTx()
-	if err != nil {
-		return fmt.Errorf("read members: read tx: %w", err)
-	}
-	defer tx.Release()
-	var fnErr error
-	err = tx.Range(backend.Members, nil, nil, 0, func(k, v []byte) bool {
-		fnErr = fn(string(k), append([]byte(nil), v...))
-		return fnErr == nil
-	})
-	if err == nil {
-		err = fnErr
-	}
-	if err != nil {
-		return fmt.Errorf("read members: %w", err)
-	}
-	return nil
+	return s.records(backend.Members, "members", func(k, v []byte) error { return fn(string(k), v) })
 }

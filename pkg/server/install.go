@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
@@ -32,6 +33,7 @@ type snapshotInstaller struct {
 	st      *mvcc.Store
 	cl      *membership.Cluster
 	leases  *leasemgr.Manager
+	auth    *authz.Store
 	hub     *watchhub.Hub
 	link    *peerLink
 	applier *apply.Applier
@@ -66,6 +68,9 @@ func (i *snapshotInstaller) install(ctx context.Context, snap *raftpb.Snapshot) 
 			if err := i.leases.Reload(i.st); err != nil {
 				return err
 			}
+		}
+		if err := i.auth.Load(i.st.AuthRecords); err != nil {
+			return err
 		}
 		i.hub.Resync()
 		i.lg.Info("backend replaced by the leader's snapshot", zap.Uint64("index", index),

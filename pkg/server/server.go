@@ -25,6 +25,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/api"
 	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
@@ -65,6 +66,7 @@ func Module() fx.Option {
 			apply.NewRegistry,
 			newApplied,
 			newLeases,
+			newAuth,
 			newWatchConfig,
 			newMetrics,
 			newDiskHistograms,
@@ -205,7 +207,7 @@ func newWatchConfig(c *config.Config, st *mvcc.Store, mt *Metrics, lg *zap.Logge
 	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}, ProgressInterval: c.WatchProgressNotifyInterval.Std()}
 }
 
-func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, tr trace.Tracer, lg *zap.Logger) *api.Server {
+func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, tr trace.Tracer, lg *zap.Logger) *api.Server {
 	peerActive := func(id uint64) bool {
 		for _, p := range ptr.PeerHealth() {
 			if p.ID == id {
@@ -221,7 +223,9 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		ElectionTimeout: time.Duration(c.ElectionTimeout) * time.Millisecond,
 		QuotaBytes:      c.QuotaBytes(),
 		Version:         Version,
-	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub})
+		ClientCertAuth:  c.ClientTLS.ClientCertAuth,
+		BcryptCost:      int(c.BcryptCost),
+	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
 	return s
 }
@@ -239,7 +243,7 @@ type Actors struct {
 }
 
 func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, cl *membership.Cluster, link *peerLink,
-	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, s *api.Server, hub *watchhub.Hub, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
+	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, s *api.Server, hub *watchhub.Hub, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
@@ -266,6 +270,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			SnapshotIndex: snap.GetMetadata().GetIndex(),
 			ConfState:     snap.GetMetadata().GetConfState(),
 			Leases:        lm,
+			Auth:          az,
 			Members:       cl,
 			Events:        hub.Notify,
 			Tracer:        tr,
@@ -273,7 +278,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 		}),
 	}
 	a.Expirer = newExpirer(c, n, lm, s, lg)
-	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
+	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, auth: az, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
 	wal.InstallSnapshot = inst.install
 	link.snapshotPoint = a.Applier.SnapshotPoint
 	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg, done: make(chan struct{})}

@@ -107,6 +107,10 @@ type WatchRequest struct {
 	NoPut    bool
 	NoDelete bool
 	PrevKV   bool
+	// Refuse, if set, is why the API refused the create (permission): it
+	// is answered Created and Canceled with this reason, in order with the
+	// stream's other creates.
+	Refuse string
 }
 
 // Response is what a stream's reader gets, in order. Events and their
@@ -438,6 +442,9 @@ func (h *Hub) watch(s *Stream, r WatchRequest) {
 		h.sendCtrl(s, Response{WatchID: InvalidID, Revision: rev, Created: true, Canceled: true, CancelReason: err.Error()})
 	}
 	switch {
+	case r.Refuse != "":
+		h.sendCtrl(s, Response{WatchID: InvalidID, Revision: rev, Created: true, Canceled: true, CancelReason: r.Refuse})
+		return
 	case r.StartRev < 0:
 		refuse(ErrCompacted)
 		return

@@ -1,0 +1,82 @@
+package authz
+
+import (
+	"context"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// Identify answers who is calling: the user of the request's token (gRPC
+// metadata "token", or "authorization" with an optional "Bearer " prefix, as
+// etcd's gateway sends it), else, when certCN is set (client-cert-auth), the
+// CommonName of the verified client certificate. nil means an anonymous
+// caller, and is what every caller is while auth is disabled. A token that
+// does not resolve is etcd's "invalid auth token".
+func (s *Store) Identify(ctx context.Context, certCN bool) (*Info, error) {
+	st := s.cur.Load()
+	if !st.enabled {
+		return nil, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if t, ok := tokenOf(md); ok {
+		if s.tokens == nil {
+			return nil, rpctypes.ErrGRPCInvalidAuthToken
+		}
+		info, ok := s.tokens.Info(t, st.rev)
+		if !ok {
+			s.lg.Warn("invalid auth token", zap.String("token-fingerprint", TokenFingerprint(t)))
+			return nil, rpctypes.ErrGRPCInvalidAuthToken
+		}
+		return &info, nil
+	}
+	if !certCN {
+		return nil, nil
+	}
+	return certUser(ctx, md, st.rev), nil
+}
+
+// certUser is the CommonName of the first verified chain's leaf. A request
+// relayed by a gateway carries the gateway's certificate, never the user's,
+// so its CN is ignored, as etcd does.
+func certUser(ctx context.Context, md metadata.MD, rev uint64) *Info {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	for _, chain := range ti.State.VerifiedChains {
+		if len(chain) == 0 {
+			continue
+		}
+		if len(md.Get("grpcgateway-accept")) > 0 {
+			return nil
+		}
+		return &Info{User: chain[0].Subject.CommonName, Revision: rev}
+	}
+	return nil
+}
+
+// TokenOf returns the request's token, if it carries one.
+func TokenOf(ctx context.Context) (string, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return tokenOf(md)
+}
+
+func tokenOf(md metadata.MD) (string, bool) {
+	tok := md.Get(rpctypes.TokenFieldNameGRPC)
+	if len(tok) == 0 {
+		tok = md.Get(rpctypes.TokenFieldNameSwagger)
+	}
+	if len(tok) == 0 {
+		return "", false
+	}
+	return strings.TrimPrefix(tok[0], "Bearer "), true
+}
