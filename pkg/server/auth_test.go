@@ -29,16 +29,28 @@ func setupAuth(t testing.TB, m *member) {
 	t.Helper()
 	a, ctx := m.auth(), ctx5(t)
 	for _, f := range []func() error{
-		func() error { _, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"}); return err },
-		func() error { _, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"}); return err },
+		func() error {
+			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
+			return err
+		},
+		func() error {
+			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
+			return err
+		},
 		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "reader"}); return err },
 		func() error {
 			_, err := a.RoleGrantPermission(ctx, &pb.AuthRoleGrantPermissionRequest{Name: "reader", Perm: &authpb.Permission{
 				PermType: authpb.Permission_READ, Key: []byte("/app/"), RangeEnd: []byte("/app0")}})
 			return err
 		},
-		func() error { _, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"}); return err },
-		func() error { _, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "alice", Role: "reader"}); return err },
+		func() error {
+			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"})
+			return err
+		},
+		func() error {
+			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "alice", Role: "reader"})
+			return err
+		},
 		func() error { _, err := a.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err },
 	} {
 		if err := f(); err != nil {
