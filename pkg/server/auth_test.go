@@ -2,8 +2,15 @@ package server
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -147,4 +154,62 @@ func TestAuthAcrossMembers(t *testing.T) {
 	if _, err := ms[lag].kv.Range(bob, &pb.RangeRequest{Key: []byte("/fill/000")}); !errors.Is(toEtcdErr(err), rpctypes.ErrPermissionDenied) {
 		t.Fatalf("after restart: bob reads outside his role: %v", err)
 	}
+}
+
+// With --auth-token jwt, a token signed by one member is accepted by every
+// member without Authenticate (etcdctl --auth-jwt-token), and it carries
+// the auth revision it was signed at: after a role change it is stale.
+func TestAuthJWTTokens(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pub := filepath.Join(dir, "jwt.key"), filepath.Join(dir, "jwt.pub")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs := clusterConfigs(t, "bolt", "badger")
+	for _, c := range cs {
+		c.AuthToken = "jwt,pub-key=" + pub + ",priv-key=" + priv + ",sign-method=ES256,ttl=1m"
+		c.BcryptCost = 4
+	}
+	ms := startCluster(t, cs)
+	setupAuth(t, ms[0])
+	r, err := ms[0].auth().Authenticate(ctx5(t), &pb.AuthenticateRequest{Name: "alice", Password: "alicepw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := metadata.AppendToOutgoingContext(ctx5(t), rpctypes.TokenFieldNameGRPC, r.Token)
+	for i, m := range ms {
+		if _, err := m.kv.Range(alice, &pb.RangeRequest{Key: []byte("/app/x")}); err != nil {
+			t.Fatalf("m%d: alice's JWT: %v", i+1, err)
+		}
+	}
+	forged := metadata.AppendToOutgoingContext(ctx5(t), rpctypes.TokenFieldNameGRPC, r.Token+"x")
+	if _, err := ms[1].kv.Range(forged, &pb.RangeRequest{Key: []byte("/app/x")}); !errors.Is(toEtcdErr(err), rpctypes.ErrInvalidAuthToken) {
+		t.Fatalf("a tampered JWT: %v, want invalid auth token", err)
+	}
+	root := as(t, ms[0], "root", "rootpw")
+	if _, err := ms[0].auth().RoleAdd(root, &pb.AuthRoleAddRequest{Name: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the old JWT is stale on m2", func() error {
+		_, err := ms[1].kv.Range(alice, &pb.RangeRequest{Key: []byte("/app/x")})
+		if errors.Is(toEtcdErr(err), rpctypes.ErrAuthOldRevision) {
+			return nil
+		}
+		return fmt.Errorf("got %v, want revision of auth store is old", err)
+	})
 }
