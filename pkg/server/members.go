@@ -21,6 +21,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
+	"github.com/kvd-dev/kvd/pkg/tlsconf"
 	"github.com/kvd-dev/kvd/pkg/transport"
 )
 
@@ -260,9 +261,13 @@ func fetchCluster(c *config.Config) (*joinInfo, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("initial-cluster-state is existing but initial-cluster names no other member to join")
 	}
+	peerTLS, err := tlsconf.ForPeer(c, zap.NewNop())
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := transport.FetchMembers(ctx, urls)
+	b, err := transport.FetchMembers(ctx, urls, peerTLS.ClientCredentials())
 	if err != nil {
 		return nil, fmt.Errorf("join existing cluster: %w", err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -29,18 +29,19 @@ func (t *Transport) handleMembers() ([]byte, error) {
 const fetchAttemptTimeout = 3 * time.Second
 
 // FetchMembers asks the members at peerURLs, in turn, for their member list
-// (what their Config.Members returns) and returns the first answer.
-func FetchMembers(ctx context.Context, peerURLs []string, opts ...grpc.DialOption) ([]byte, error) {
+// (what their Config.Members returns) and returns the first answer. https
+// URLs are dialed with tlsCreds (the system roots when nil).
+func FetchMembers(ctx context.Context, peerURLs []string, tlsCreds credentials.TransportCredentials, opts ...grpc.DialOption) ([]byte, error) {
 	targets, err := parseURLs(peerURLs)
 	if err != nil {
 		return nil, fmt.Errorf("fetch members: %w", err)
 	}
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	dopts := dialOptions{tls: tlsCreds, opts: opts}
 	var errs []error
 	for i, target := range targets {
 		// One silent peer must not use up the caller's whole wait.
 		actx, cancel := context.WithTimeout(ctx, fetchAttemptTimeout)
-		b, err := fetchMembers(actx, target, opts)
+		b, err := fetchMembers(actx, target, dopts)
 		cancel()
 		if err == nil {
 			return b, nil
@@ -50,8 +51,8 @@ func FetchMembers(ctx context.Context, peerURLs []string, opts ...grpc.DialOptio
 	return nil, fmt.Errorf("fetch members: %w", errors.Join(errs...))
 }
 
-func fetchMembers(ctx context.Context, target string, opts []grpc.DialOption) ([]byte, error) {
-	cc, err := grpc.NewClient(target, opts...)
+func fetchMembers(ctx context.Context, target target, opts dialOptions) ([]byte, error) {
+	cc, err := target.dial(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -28,15 +28,15 @@ func TestFetchMembers(t *testing.T) {
 	}
 	dead := "http://" + lis.Addr().String()
 	lis.Close()
-	b, err := FetchMembers(ctx, []string{without.url, dead, withList.url})
+	b, err := FetchMembers(ctx, []string{without.url, dead, withList.url}, nil)
 	if err != nil || string(b) != `{"members":[1]}` {
 		t.Fatalf("fetch = %q, %v", b, err)
 	}
-	_, err = FetchMembers(ctx, []string{failing.url})
+	_, err = FetchMembers(ctx, []string{failing.url}, nil)
 	if err == nil || !strings.Contains(err.Error(), "not ready") || !strings.Contains(err.Error(), failing.url) {
 		t.Fatalf("fetch from failing member: %v", err)
 	}
-	if _, err := FetchMembers(ctx, []string{"ftp://x"}); err == nil {
+	if _, err := FetchMembers(ctx, []string{"ftp://x"}, nil); err == nil {
 		t.Fatal("bad URL accepted")
 	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -41,7 +43,7 @@ type peer struct {
 
 	mu           sync.Mutex
 	urls         []string
-	targets      []string // gRPC targets of urls, same order
+	targets      []target // urls, same order
 	next         int      // index in targets of the next attempt
 	gen          uint64   // bumped when urls change
 	streamCancel context.CancelCauseFunc
@@ -51,7 +53,7 @@ type peer struct {
 	lastErrAt    time.Time
 }
 
-func newPeer(t *Transport, id uint64, urls, targets []string) *peer {
+func newPeer(t *Transport, id uint64, urls []string, targets []target) *peer {
 	ctx, cancel := context.WithCancel(t.ctx)
 	return &peer{
 		t:       t,
@@ -70,7 +72,7 @@ func (p *peer) stop() {
 	<-p.done
 }
 
-func (p *peer) setURLs(urls, targets []string) {
+func (p *peer) setURLs(urls []string, targets []target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if slices.Equal(p.urls, urls) {
@@ -161,9 +163,9 @@ func (p *peer) dropQueued() int {
 
 // session opens a stream to target and writes frames to it until it breaks.
 // opened reports whether the peer accepted the stream.
-func (p *peer) session(target string) (opened bool, err error) {
+func (p *peer) session(target target) (opened bool, err error) {
 	t := p.t
-	cc, err := grpc.NewClient(target, t.dialOptions()...)
+	cc, err := target.dial(t.dialOptions())
 	if err != nil {
 		return false, fmt.Errorf("dial peer %x at %s: %w", p.id, target, err)
 	}
@@ -277,13 +279,46 @@ func causeOr(ctx context.Context, err error) error {
 	return err
 }
 
-func (t *Transport) dialOptions() []grpc.DialOption {
-	return append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+func (t *Transport) dialOptions() dialOptions {
+	return dialOptions{tls: t.cfg.TLS, opts: append([]grpc.DialOption{
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.WithInitialWindowSize(windowSize),
 		grpc.WithInitialConnWindowSize(windowSize),
-	}, t.cfg.DialOptions...)
+	}, t.cfg.DialOptions...)}
+}
+
+// dialOptions are the options of a dial to any peer, and the credentials
+// of https peer URLs.
+type dialOptions struct {
+	tls  credentials.TransportCredentials
+	opts []grpc.DialOption
+}
+
+// target is one peer URL: the address, and whether it is https.
+type target struct {
+	addr   string
+	secure bool
+}
+
+func (t target) String() string {
+	if t.secure {
+		return "https://" + t.addr
+	}
+	return "http://" + t.addr
+}
+
+// dial returns a client for the target: TLS with o.tls for https (the
+// system roots when the member has no peer TLS configuration), plaintext
+// otherwise.
+func (t target) dial(o dialOptions) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if t.secure {
+		creds = o.tls
+		if creds == nil {
+			creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+		}
+	}
+	return grpc.NewClient("passthrough:///"+t.addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, o.opts...)...)
 }
 
 func (t *Transport) streamMD(to uint64) metadata.MD {
@@ -294,13 +329,13 @@ func (t *Transport) streamMD(to uint64) metadata.MD {
 	)
 }
 
-// parseURLs turns peer URLs (http://host:port, or https:// with TLS dial
-// options) into gRPC targets.
-func parseURLs(urls []string) ([]string, error) {
+// parseURLs turns peer URLs (http://host:port or https://host:port) into
+// targets.
+func parseURLs(urls []string) ([]target, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("no peer URLs")
 	}
-	targets := make([]string, 0, len(urls))
+	targets := make([]target, 0, len(urls))
 	for _, s := range urls {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -309,7 +344,7 @@ func parseURLs(urls []string) ([]string, error) {
 		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
 			return nil, fmt.Errorf("peer URL %q: want http(s)://host:port", s)
 		}
-		targets = append(targets, "passthrough:///"+u.Host)
+		targets = append(targets, target{addr: u.Host, secure: u.Scheme == "https"})
 	}
 	return targets, nil
 }

@@ -33,7 +33,7 @@ func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int
 		return
 	}
 	p.mu.Lock()
-	targets := append([]string(nil), p.targets...)
+	targets := append([]target(nil), p.targets...)
 	p.mu.Unlock()
 	t.wg.Add(1)
 	t.mu.RUnlock()
@@ -66,13 +66,13 @@ func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int
 // of the peer may be tried.
 var errNotConnected = errors.New("not connected")
 
-func (t *Transport) sendSnapshot(target string, m *raftpb.Message, data io.Reader, size int64) error {
+func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reader, size int64) error {
 	to := m.GetTo()
 	hdr, err := proto.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode snapshot message to %x: %w", to, err)
 	}
-	cc, err := grpc.NewClient(target, t.dialOptions()...)
+	cc, err := target.dial(t.dialOptions())
 	if err != nil {
 		return fmt.Errorf("dial peer %x at %s: %w: %w", to, target, errNotConnected, err)
 	}

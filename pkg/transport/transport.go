@@ -30,6 +30,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
@@ -102,8 +103,15 @@ type Config struct {
 	// DialTimeout bounds opening a stream to a peer.
 	DialTimeout time.Duration
 
-	// ServerOptions and DialOptions are appended to the transport's own; the
-	// seam for TLS (grpc.Creds, grpc.WithTransportCredentials).
+	// TLS dials the peer URLs that are https (pkg/tlsconf's
+	// ClientCredentials: the peer certificate and CA, read at each
+	// handshake); nil verifies https peers against the system roots with no
+	// client certificate. http peer URLs are always plaintext.
+	TLS credentials.TransportCredentials
+
+	// ServerOptions and DialOptions are appended to the transport's own. A
+	// member serving https peer URLs passes grpc.Creds with
+	// tlsconf.ServerCredentials and TLS listeners to Start.
 	ServerOptions []grpc.ServerOption
 	DialOptions   []grpc.DialOption
 }
@@ -216,8 +224,8 @@ func (t *Transport) Start(lis net.Listener) {
 	}()
 }
 
-// AddPeer starts a stream to member id at urls (http://host:port; the first
-// that works is used). Adding a known peer updates its URLs.
+// AddPeer starts a stream to member id at urls (http://host:port or
+// https://host:port; the first that works is used). Adding a known peer updates its URLs.
 func (t *Transport) AddPeer(id uint64, urls []string) error {
 	if id == t.cfg.ID {
 		return fmt.Errorf("add peer %x: it is this member", id)
