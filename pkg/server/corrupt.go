@@ -9,10 +9,10 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
-	"github.com/kvd-dev/kvd/pkg/api"
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/tlsconf"
 )
 
 // initialCorruptCheck compares, before clients are served, this member's
@@ -24,11 +24,17 @@ func initialCorruptCheck(lc fx.Lifecycle, c *config.Config, st *mvcc.Store, cl *
 		return
 	}
 	lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
-		return checkPeersHash(ctx, st, cl, lg)
+		// The peers' client URLs may be https: dial them as a client with
+		// the client block (client-cert-file or cert-file, trusted-ca-file).
+		info, err := tlsconf.ForClient(c, lg)
+		if err != nil {
+			return err
+		}
+		return checkPeersHash(ctx, st, cl, info, lg)
 	}})
 }
 
-func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster, lg *zap.Logger) error {
+func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster, info *tlsconf.Info, lg *zap.Logger) error {
 	hash, rev, compactRev, err := st.HashByRev(0)
 	if err != nil {
 		return fmt.Errorf("initial corruption check: local hash: %w", err)
@@ -38,7 +44,7 @@ func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster,
 		if m.ID == cl.Self() || len(m.ClientURLs) == 0 {
 			continue
 		}
-		resp, err := peerHashKV(ctx, m.ClientURLs[0], rev)
+		resp, err := peerHashKV(ctx, m.ClientURLs[0], info, rev)
 		if err != nil {
 			lg.Warn("initial corruption check: peer hash unavailable, skipped", zap.String("peer", m.Name), zap.Error(err))
 			continue
@@ -56,8 +62,8 @@ func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster,
 	return nil
 }
 
-func peerHashKV(ctx context.Context, clientURL string, rev int64) (*pb.HashKVResponse, error) {
-	conn, err := api.DialClientURL(clientURL)
+func peerHashKV(ctx context.Context, clientURL string, info *tlsconf.Info, rev int64) (*pb.HashKVResponse, error) {
+	conn, err := dialMember(clientURL, info)
 	if err != nil {
 		return nil, err
 	}

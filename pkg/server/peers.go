@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -21,6 +21,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
+	"github.com/kvd-dev/kvd/pkg/tlsconf"
 	"github.com/kvd-dev/kvd/pkg/transport"
 )
 
@@ -177,6 +178,19 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		return nil, fmt.Errorf("create %s: %w", inDir, err)
 	}
 	link.report = n.ReportSnapshot
+	// Peer TLS: https peer URLs are dialed with the peer certificate and CA
+	// (read at each handshake), https listen-peer-urls serve it, mutual
+	// when peer-client-cert-auth (or peer-trusted-ca-file) asks for client
+	// certificates. The files are checked now.
+	peerTLS, err := tlsconf.ForPeer(c, lg)
+	if err != nil {
+		return nil, err
+	}
+	warnPlainWithTLS(lg, "listen-peer-urls", "peer-transport-security", c.PeerTLS, urls)
+	var serverOpts []grpc.ServerOption
+	if anyHTTPS(urls) {
+		serverOpts = append(serverOpts, grpc.Creds(tlsconf.ServerCredentials(tlsconf.NewFailureLog(lg, "listen-peer-urls"))))
+	}
 	tr, err := transport.New(transport.Config{
 		ID:        cl.Self(),
 		ClusterID: cl.ID(),
@@ -205,6 +219,8 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		Members: func() ([]byte, error) {
 			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
 		},
+		TLS:           peerTLS.ClientCredentials(),
+		ServerOptions: serverOpts,
 	})
 	if err != nil {
 		return nil, err
@@ -231,25 +247,15 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 			return nil, fmt.Errorf("peer %s (%x): %w", m.Name, m.ID, err)
 		}
 	}
-	var lns []net.Listener
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			for _, u := range urls {
-				if u.Scheme != "http" {
-					return fmt.Errorf("listen-peer-urls: %s: only http is served so far", u.String())
-				}
-				ln, err := net.Listen("tcp", u.Host)
-				if err != nil {
-					for _, l := range lns {
-						l.Close()
-					}
-					return fmt.Errorf("listen-peer-urls: listen on %s: %w", u.Host, err)
-				}
-				lns = append(lns, ln)
+			lns, err := listenAll("listen-peer-urls", urls)
+			if err != nil {
+				return err
 			}
-			for _, ln := range lns {
-				lg.Info("serving peer traffic", zap.String("address", ln.Addr().String()))
-				tr.Start(ln)
+			for i, ln := range lns {
+				lg.Info("serving peer traffic", zap.String("address", ln.Addr().String()), zap.Bool("tls", urls[i].Scheme == "https"))
+				tr.Start(tlsListener(ln, urls[i], peerTLS, peerProtos))
 			}
 			link.tr.Store(tr)
 			return nil

@@ -36,6 +36,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
+	"github.com/kvd-dev/kvd/pkg/tlsconf"
 	"github.com/kvd-dev/kvd/pkg/tracing"
 	"github.com/kvd-dev/kvd/pkg/transport"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
@@ -314,19 +315,34 @@ func startActors(lc fx.Lifecycle, a *Actors) {
 // serveClients binds the client URLs at start but serves them only once
 // this member's attributes are published (as etcd: a client that connects
 // earlier waits), so MemberList on any member already shows its client URLs.
+// An https URL serves gRPC and HTTP over TLS on one port (tlssplit.go).
 func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, mt *Metrics, lg *zap.Logger) error {
 	urls, err := c.ClientURLs()
 	if err != nil {
 		return fmt.Errorf("listen-client-urls: %w", err)
 	}
-	g := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(s.StreamInterceptor()),
-		grpc.MaxRecvMsgSize(int(c.MaxRequestBytes)+grpcOverheadBytes),
+		grpc.MaxRecvMsgSize(int(c.MaxRequestBytes) + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: false}),
+	}
+	warnPlainWithTLS(lg, "listen-client-urls", "client-transport-security", c.ClientTLS, urls)
+	var (
+		tlsInfo *tlsconf.Info
+		fails   *tlsconf.FailureLog
 	)
+	if anyHTTPS(urls) {
+		// The files are checked now: a bad one stops the start.
+		if tlsInfo, err = tlsconf.ForClient(c, lg); err != nil {
+			return err
+		}
+		fails = tlsconf.NewFailureLog(lg, "listen-client-urls")
+		opts = append(opts, grpc.Creds(tlsconf.ServerCredentials(fails)))
+	}
+	g := grpc.NewServer(opts...)
 	s.Register(g)
 	// etcd serves the standard gRPC health service too; load balancers and
 	// probes ask it.
@@ -334,6 +350,9 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
 	hsrv := &http.Server{Handler: httpHandler(s, mt, c.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
+	if tlsInfo != nil {
+		hsrv.Protocols = clientHTTPProtocols()
+	}
 	var splits []*splitListener
 	stopc := make(chan struct{})
 	lc.Append(fx.Hook{
@@ -342,8 +361,12 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 			if err != nil {
 				return err
 			}
-			for _, ln := range lns {
-				splits = append(splits, newSplitListener(ln))
+			for i, ln := range lns {
+				if urls[i].Scheme == "https" {
+					splits = append(splits, newTLSSplitListener(ln, tlsInfo.ServerConfig(clientProtos...), fails, lg))
+				} else {
+					splits = append(splits, newSplitListener(ln))
+				}
 			}
 			go func() {
 				select {
@@ -352,7 +375,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 					return
 				}
 				for _, sl := range splits {
-					lg.Info("serving client requests (gRPC and HTTP)", zap.String("address", sl.ln.Addr().String()))
+					lg.Info("serving client requests (gRPC and HTTP)", zap.String("address", sl.ln.Addr().String()), zap.Bool("tls", sl.tls != nil))
 					go func(sl *splitListener) {
 						if err := g.Serve(sl.grpc); err != nil {
 							lg.Warn("grpc serve ended", zap.Error(err))
@@ -390,21 +413,30 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 
 // serveMetrics serves /metrics, /health, /livez and /readyz on each of
 // listen-metrics-urls from start on, as etcd does, so scrapers and probes
-// need not share the client port.
+// need not share the client port. An https URL uses the client TLS
+// configuration, as etcd's.
 func serveMetrics(lc fx.Lifecycle, c *config.Config, s *api.Server, mt *Metrics, lg *zap.Logger) error {
 	urls, err := c.MetricsURLs()
 	if err != nil || len(urls) == 0 {
 		return err
 	}
 	srv := &http.Server{Handler: metricsHandler(s, mt), ReadHeaderTimeout: 10 * time.Second}
+	var tlsInfo *tlsconf.Info
+	if anyHTTPS(urls) {
+		if tlsInfo, err = tlsconf.ForClient(c, lg); err != nil {
+			return err
+		}
+		srv.ErrorLog = httpErrorLog(lg, tlsconf.NewFailureLog(lg, "listen-metrics-urls"))
+	}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			lns, err := listenAll("listen-metrics-urls", urls)
 			if err != nil {
 				return err
 			}
-			for _, ln := range lns {
-				lg.Info("serving metrics", zap.String("address", ln.Addr().String()))
+			for i, ln := range lns {
+				ln = tlsListener(ln, urls[i], tlsInfo, clientProtos)
+				lg.Info("serving metrics", zap.String("address", ln.Addr().String()), zap.Bool("tls", urls[i].Scheme == "https"))
 				go func() {
 					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						lg.Warn("metrics serve ended", zap.Error(err))
@@ -436,9 +468,11 @@ func listenAll(flag string, urls []url.URL) ([]net.Listener, error) {
 	return lns, nil
 }
 
+// listen binds the TCP address of an http or https URL; the caller adds
+// TLS for https.
 func listen(flag string, u url.URL) (net.Listener, error) {
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("%s: %s: only http is served so far", flag, u.String())
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%s: %s: only http and https are served so far", flag, u.String())
 	}
 	ln, err := net.Listen("tcp", u.Host)
 	if err != nil {

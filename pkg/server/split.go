@@ -2,10 +2,15 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
 	"net"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/tlsconf"
 )
 
 // http2Preface starts every HTTP/2 connection (gRPC); anything else on the
@@ -18,10 +23,23 @@ var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 type splitListener struct {
 	ln         net.Listener
 	grpc, http *connQueue
+
+	// For an https URL (tlssplit.go): the server TLS configuration, where
+	// failed handshakes are logged, and a logger.
+	tls   *tls.Config
+	fails *tlsconf.FailureLog
+	lg    *zap.Logger
 }
 
 func newSplitListener(ln net.Listener) *splitListener {
 	s := &splitListener{ln: ln, grpc: newConnQueue(ln.Addr()), http: newConnQueue(ln.Addr())}
+	go s.run()
+	return s
+}
+
+// newTLSSplitListener is newSplitListener for an https URL.
+func newTLSSplitListener(ln net.Listener, cfg *tls.Config, fails *tlsconf.FailureLog, lg *zap.Logger) *splitListener {
+	s := &splitListener{ln: ln, grpc: newConnQueue(ln.Addr()), http: newConnQueue(ln.Addr()), tls: cfg, fails: fails, lg: lg}
 	go s.run()
 	return s
 }
@@ -34,7 +52,11 @@ func (s *splitListener) run() {
 			s.http.close(err)
 			return
 		}
-		go s.sort(c)
+		if s.tls != nil {
+			go s.sortTLS(c)
+		} else {
+			go s.sort(c)
+		}
 	}
 }
 
