@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -212,4 +213,21 @@ func TestAuthJWTTokens(t *testing.T) {
 		}
 		return fmt.Errorf("got %v, want revision of auth store is old", err)
 	})
+}
+
+// A token configuration that cannot work stops the start with an error that
+// names auth-token.
+func TestAuthTokenConfigRefused(t *testing.T) {
+	for _, spec := range []string{
+		"jwt,pub-key=/nonexistent.pub,priv-key=/nonexistent.key,sign-method=RS256",
+		"jwt,sign-method=ES256",
+		"jwt,bogus=1",
+	} {
+		c := testConfig(t, "bolt", t.TempDir())
+		c.AuthToken = spec
+		err := startErr(t, c)
+		if err == nil || !strings.Contains(err.Error(), "auth-token") {
+			t.Errorf("auth-token %q: start error %v, want one naming auth-token", spec, err)
+		}
+	}
 }
