@@ -472,7 +472,12 @@ func TestBadFlags(t *testing.T) {
 		{"range", "--key", "a", "--prefix", "b"},
 		{"range", "--key", "a", "--consistency", "x"},
 		{"--clients", "0", "put"},
-		{"--endpoints", "https://127.0.0.1:1", "put"},
+		{"auth"},                                   // needs --user
+		{"--user", "nocolon", "put"},               // not name:password
+		{"--user", ":pw", "put"},                   // empty name
+		{"--cert", "c.pem", "put"},                 // cert without key
+		{"--key", "k.pem", "put"},                  // key without cert
+		{"--cacert", "/nonexistent/ca.pem", "put"}, // unreadable CA
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), args, &out, &errOut); code != 1 {

@@ -1,7 +1,10 @@
 // Command bench is kvd's load tool. It speaks the etcd v3 KV gRPC API, so the
 // same run measures kvd and etcd alike:
 //
-//	go run ./tools/bench [global flags] put|range|txn [flags]
+//	go run ./tools/bench [global flags] put|range|txn|watch|auth [flags]
+//
+// With --user it logs in once per connection and sends the token with every
+// request; with --cacert, --cert and --key it speaks (mutual) TLS.
 //
 // It prints a summary in the layout of etcd's benchmark tool, or one JSON
 // object per run with --json. Exit status: 0 when every measured request
@@ -18,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -44,16 +48,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-const globalUsage = `usage: bench [global flags] put|range|txn|watch [flags]
+const globalUsage = `usage: bench [global flags] put|range|txn|watch|auth [flags]
 
 Global flags:
 `
 
 func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		o         runOptions
-		endpoints string
-		asJSON    bool
+		o                    runOptions
+		endpoints            string
+		asJSON               bool
+		user                 string
+		cacert, cert, keyArg string
 	)
 	gfs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	gfs.SetOutput(stderr)
@@ -61,20 +67,29 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprint(stderr, globalUsage)
 		gfs.PrintDefaults()
 	}
-	gfs.StringVar(&endpoints, "endpoints", "127.0.0.1:2379", "comma-separated gRPC endpoints (host:port or http://host:port)")
+	gfs.StringVar(&endpoints, "endpoints", "127.0.0.1:2379", "comma-separated gRPC endpoints (host:port, http://host:port or https://host:port)")
 	gfs.IntVar(&o.clients, "clients", 100, "concurrent request loops")
 	gfs.IntVar(&o.conns, "conns", 10, "gRPC connections; the clients are spread over them")
 	gfs.Int64Var(&o.total, "total", 100000, "requests to measure (unbounded when only --duration is given)")
 	gfs.DurationVar(&o.duration, "duration", 0, "measure for this long (with --total too, whichever comes first)")
 	gfs.DurationVar(&o.warmup, "warmup", 0, "run the workload this long before measuring, unrecorded")
-	gfs.DurationVar(&o.dialTimeout, "dial-timeout", 5*time.Second, "time for every connection to become ready")
+	gfs.DurationVar(&o.dialTimeout, "dial-timeout", 5*time.Second, "time for every connection to become ready (and, with --user, log in)")
 	gfs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "deadline of one request (0: none)")
 	gfs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the text summary")
 	gfs.IntVar(&o.idleWatchers, "idle-watchers", 0, "put, range, txn: hold this many watchers on keys never written while measuring")
 	gfs.IntVar(&o.idleStreams, "idle-streams", 10, "watch streams (over their own connections) carrying --idle-watchers")
+	gfs.StringVar(&user, "user", "", "name:password: each connection authenticates once and sends the token with every request")
+	gfs.StringVar(&cacert, "cacert", "", "TLS: verify the servers with this CA bundle (endpoints then https:// or host:port)")
+	gfs.StringVar(&cert, "cert", "", "TLS: client certificate for mutual TLS (with --key)")
+	gfs.StringVar(&keyArg, "key", "", "TLS: key of the --cert client certificate")
 	if err := gfs.Parse(args); err != nil {
 		return err
 	}
+	sec, err := parseSecurity(user, cacert, cert, keyArg)
+	if err != nil {
+		return err
+	}
+	o.sec = sec
 	totalSet := false
 	gfs.Visit(func(f *flag.Flag) { totalSet = totalSet || f.Name == "total" })
 	if o.duration > 0 && !totalSet {
@@ -89,13 +104,13 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rest := gfs.Args()
 	if len(rest) == 0 {
 		gfs.Usage()
-		return errors.New("missing command: put, range, txn or watch")
+		return errors.New("missing command: put, range, txn, watch or auth")
 	}
 	name, cmdArgs := rest[0], rest[1:]
 	if name == "watch" {
 		return runWatch(ctx, o, cmdArgs, asJSON, stdout, stderr)
 	}
-	w, err := parseWorkload(name, cmdArgs, stderr)
+	w, err := parseWorkload(name, cmdArgs, o.sec, stderr)
 	if err != nil {
 		return err
 	}
@@ -124,7 +139,7 @@ func addKeyFlags(fs *flag.FlagSet, o *keyOptions) {
 	fs.BoolVar(&o.sequential, "sequential-keys", false, "write keys in order instead of at random")
 }
 
-func parseWorkload(name string, args []string, stderr io.Writer) (workload, error) {
+func parseWorkload(name string, args []string, sec security, stderr io.Writer) (workload, error) {
 	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -146,8 +161,9 @@ func parseWorkload(name string, args []string, stderr io.Writer) (workload, erro
 		fs.IntVar(&rw.valSize, "val-size", 256, "value size in bytes of the preloaded keys")
 		fs.StringVar(&consi, "consistency", "l", "l (linearizable) or s (serializable)")
 		fs.Int64Var(&rw.limit, "limit", 0, "most keys per response (0: all)")
+	case "auth":
 	default:
-		return nil, fmt.Errorf("unknown command %q: want put, range, txn or watch", name)
+		return nil, fmt.Errorf("unknown command %q: want put, range, txn, watch or auth", name)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -160,6 +176,11 @@ func parseWorkload(name string, args []string, stderr io.Writer) (workload, erro
 		return newPutWorkload(ko)
 	case "txn":
 		return newTxnWorkload(ko, ops)
+	case "auth":
+		if sec.user == nil {
+			return nil, errors.New("auth: needs --user name:password (the user to log in as)")
+		}
+		return &authWorkload{user: sec.user}, nil
 	}
 	switch consi {
 	case "l":
@@ -177,7 +198,7 @@ func parseWorkload(name string, args []string, stderr io.Writer) (workload, erro
 func runWatch(ctx context.Context, g runOptions, args []string, asJSON bool, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := watchOptions{endpoints: g.endpoints, watchConns: g.conns, dialTimeout: g.dialTimeout, reqTimeout: g.requestTimeout}
+	o := watchOptions{endpoints: g.endpoints, watchConns: g.conns, dialTimeout: g.dialTimeout, reqTimeout: g.requestTimeout, sec: g.sec}
 	fs.IntVar(&o.watchers, "watchers", 1000, "watchers in total")
 	fs.IntVar(&o.streams, "streams", 10, "watch streams carrying the watchers (over the global --conns connections)")
 	fs.BoolVar(&o.shared, "shared-prefix", false, "every watcher watches one shared prefix (default: each its own key)")
@@ -209,4 +230,22 @@ func runWatch(ctx context.Context, g runOptions, args []string, asJSON bool, std
 		return errRequestsFailed
 	}
 	return nil
+}
+
+// parseSecurity reads --user, --cacert, --cert and --key; all empty is the
+// zero security, plaintext and anonymous.
+func parseSecurity(user, cacert, cert, key string) (security, error) {
+	var sec security
+	cfg, err := tlsConfig(cacert, cert, key)
+	if err != nil {
+		return sec, err
+	}
+	sec.tls, sec.mtls = cfg, cert != ""
+	if user != "" {
+		if sec.user, err = parseUser(user); err != nil {
+			return sec, err
+		}
+		sec.reauths = new(atomic.Int64)
+	}
+	return sec, nil
 }

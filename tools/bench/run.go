@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -28,6 +29,7 @@ type runOptions struct {
 	requestTimeout time.Duration
 	idleWatchers   int // watchers held on never-written keys while measuring
 	idleStreams    int
+	sec            security
 }
 
 func (o runOptions) validate() error {
@@ -46,24 +48,14 @@ func (o runOptions) validate() error {
 	return nil
 }
 
-// grpcTarget turns an etcd-style endpoint (host:port or http://host:port)
-// into a gRPC target.
-func grpcTarget(endpoint string) (string, error) {
-	switch {
-	case strings.HasPrefix(endpoint, "https://"), strings.HasPrefix(endpoint, "unixs://"):
-		return "", fmt.Errorf("endpoint %s: TLS is not supported", endpoint)
-	case strings.HasPrefix(endpoint, "http://"):
-		return strings.TrimPrefix(endpoint, "http://"), nil
-	}
-	return endpoint, nil
-}
-
 // dial opens n connections spread round-robin over the endpoints and waits
-// until each is ready, so connection setup is not measured.
-func dial(ctx context.Context, endpoints []string, n int, timeout time.Duration) ([]*grpc.ClientConn, error) {
+// until each is ready and, with --user, has authenticated, so neither
+// connection setup nor the first login is measured.
+func dial(ctx context.Context, endpoints []string, n int, timeout time.Duration, sec security) ([]*grpc.ClientConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conns := make([]*grpc.ClientConn, 0, n)
+	tokens := make([]*tokenSource, 0, n)
 	closeAll := func() {
 		for _, cc := range conns {
 			_ = cc.Close()
@@ -71,17 +63,36 @@ func dial(ctx context.Context, endpoints []string, n int, timeout time.Duration)
 	}
 	for i := range n {
 		ep := endpoints[i%len(endpoints)]
-		target, err := grpcTarget(ep)
+		target, useTLS, err := grpcTarget(ep, sec.tls != nil)
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		cc, err := grpc.NewClient(target,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
+		creds := insecure.NewCredentials()
+		if useTLS {
+			cfg := sec.tls
+			if cfg == nil {
+				cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			creds = credentials.NewTLS(cfg)
+		}
+		opts := []grpc.DialOption{
+			grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+		}
+		var ts *tokenSource
+		if sec.user != nil {
+			ts = &tokenSource{user: sec.user, reauths: sec.reauths}
+			opts = append(opts, grpc.WithUnaryInterceptor(ts.unary), grpc.WithStreamInterceptor(ts.stream))
+		}
+		cc, err := grpc.NewClient(target, opts...)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("connect to %s: %w", ep, err)
+		}
+		if ts != nil {
+			ts.auth = pb.NewAuthClient(cc)
+			tokens = append(tokens, ts)
 		}
 		conns = append(conns, cc)
 		cc.Connect()
@@ -92,6 +103,20 @@ func dial(ctx context.Context, endpoints []string, n int, timeout time.Duration)
 				closeAll()
 				return nil, fmt.Errorf("connect to %s: not ready after %v (state %s)", endpoints[i%len(endpoints)], timeout, s)
 			}
+		}
+	}
+	// One login per connection, all at once: a server that checks one
+	// password at a time makes this take n bcrypt checks.
+	errs := make([]error, len(tokens))
+	var wg sync.WaitGroup
+	for i, ts := range tokens {
+		wg.Go(func() { errs[i] = ts.refresh(ctx, "") })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("connect to %s: %w", endpoints[i%len(endpoints)], err)
 		}
 	}
 	return conns, nil
@@ -109,7 +134,7 @@ type phaseResult struct {
 // (limit > 0), d has passed (d > 0), or ctx is done, and returns once every
 // loop has ended. A request in flight when the time is up is let finish.
 // With record false the latencies are not kept (warm-up).
-func runPhase(ctx context.Context, kvs []pb.KVClient, loops []requestFunc, limit int64, d, reqTimeout time.Duration, record bool) phaseResult {
+func runPhase(ctx context.Context, kvs []client, loops []requestFunc, limit int64, d, reqTimeout time.Duration, record bool) phaseResult {
 	var (
 		issued   atomic.Int64
 		stopped  atomic.Bool
@@ -160,7 +185,7 @@ func runPhase(ctx context.Context, kvs []pb.KVClient, loops []requestFunc, limit
 	return phaseResult{elapsed: time.Since(start), recs: recs, errors: errCount.Load(), firstErr: firstErr}
 }
 
-func call(ctx context.Context, do requestFunc, kv pb.KVClient, seq int64, timeout time.Duration) error {
+func call(ctx context.Context, do requestFunc, kv client, seq int64, timeout time.Duration) error {
 	if timeout <= 0 {
 		return do(ctx, kv, seq)
 	}
@@ -175,7 +200,7 @@ func bench(ctx context.Context, o runOptions, name string, w workload) (*summary
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	conns, err := dial(ctx, o.endpoints, o.conns, o.dialTimeout)
+	conns, err := dial(ctx, o.endpoints, o.conns, o.dialTimeout, o.sec)
 	if err != nil {
 		return nil, err
 	}
@@ -184,12 +209,14 @@ func bench(ctx context.Context, o runOptions, name string, w workload) (*summary
 			_ = cc.Close()
 		}
 	}()
+	cls := make([]client, len(conns))
 	kvs := make([]pb.KVClient, len(conns))
 	for i, cc := range conns {
 		kvs[i] = pb.NewKVClient(cc)
+		cls[i] = client{KVClient: kvs[i], auth: pb.NewAuthClient(cc)}
 	}
 	if o.idleWatchers > 0 {
-		wconns, err := dial(ctx, o.endpoints, min(o.idleStreams, o.idleWatchers), o.dialTimeout)
+		wconns, err := dial(ctx, o.endpoints, min(o.idleStreams, o.idleWatchers), o.dialTimeout, o.sec)
 		if err != nil {
 			return nil, err
 		}
@@ -209,13 +236,17 @@ func bench(ctx context.Context, o runOptions, name string, w workload) (*summary
 		loops[i] = w.newLoop()
 	}
 	if o.warmup > 0 {
-		runPhase(ctx, kvs, loops, 0, o.warmup, o.requestTimeout, false)
+		runPhase(ctx, cls, loops, 0, o.warmup, o.requestTimeout, false)
 	}
-	res := runPhase(ctx, kvs, loops, o.total, o.duration, o.requestTimeout, true)
+	res := runPhase(ctx, cls, loops, o.total, o.duration, o.requestTimeout, true)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s interrupted: %w", name, err)
 	}
 	s := summarize(name, res)
 	s.Endpoints, s.Clients, s.Conns, s.IdleWatchers = o.endpoints, o.clients, o.conns, o.idleWatchers
+	s.TLS, s.User = o.sec.tlsMode(), o.sec.userName()
+	if o.sec.reauths != nil {
+		s.Reauths = o.sec.reauths.Load()
+	}
 	return s, nil
 }

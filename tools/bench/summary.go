@@ -20,11 +20,16 @@ type summary struct {
 	Conns     int
 	// IdleWatchers were held on never-written keys during the run.
 	IdleWatchers int
-	Total        time.Duration
-	Requests     int64
-	Errors       int64
-	FirstError   string
-	RPS          float64
+	// TLS ("tls" or "mutual") and User (--user's name, with Reauths, the
+	// logins after a refused token) are empty without those flags.
+	TLS        string
+	User       string
+	Reauths    int64
+	Total      time.Duration
+	Requests   int64
+	Errors     int64
+	FirstError string
+	RPS        float64
 	latencyStats
 	Percentiles []time.Duration // parallel to reportedPercentiles
 	Histogram   []histogramBucket
@@ -60,6 +65,12 @@ func (s *summary) writeText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nSummary (%s, %d clients over %d conns to %s):\n", s.Workload, s.Clients, s.Conns, strings.Join(s.Endpoints, ","))
 	if s.IdleWatchers > 0 {
 		fmt.Fprintf(&b, "  Idle watchers:\t%d\n", s.IdleWatchers)
+	}
+	if s.TLS != "" {
+		fmt.Fprintf(&b, "  TLS:\t%s\n", s.TLS)
+	}
+	if s.User != "" {
+		fmt.Fprintf(&b, "  User:\t%s (%d re-authentications)\n", s.User, s.Reauths)
 	}
 	fmt.Fprintf(&b, "  Total:\t%s\n", secs(s.Total))
 	fmt.Fprintf(&b, "  Requests:\t%d\n", s.Requests)
@@ -102,6 +113,9 @@ type jsonSummary struct {
 	Clients      int         `json:"clients"`
 	Conns        int         `json:"conns"`
 	IdleWatchers int         `json:"idle_watchers"`
+	TLS          string      `json:"tls,omitempty"`
+	User         string      `json:"user,omitempty"`
+	Reauths      int64       `json:"reauths,omitempty"`
 	TotalSec     float64     `json:"total_sec"`
 	Requests     int64       `json:"requests"`
 	Errors       int64       `json:"errors"`
@@ -130,6 +144,9 @@ func (s *summary) writeJSON(w io.Writer) error {
 		Clients:      s.Clients,
 		Conns:        s.Conns,
 		IdleWatchers: s.IdleWatchers,
+		TLS:          s.TLS,
+		User:         s.User,
+		Reauths:      s.Reauths,
 		TotalSec:     s.Total.Seconds(),
 		Requests:     s.Requests,
 		Errors:       s.Errors,

@@ -236,6 +236,7 @@ type watchOptions struct {
 	endpoints   []string
 	dialTimeout time.Duration
 	reqTimeout  time.Duration
+	sec         security
 }
 
 func (o watchOptions) validate() error {
@@ -292,12 +293,12 @@ func benchWatch(ctx context.Context, o watchOptions) (*watchResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	wconns, err := dial(ctx, o.endpoints, o.watchConns, o.dialTimeout)
+	wconns, err := dial(ctx, o.endpoints, o.watchConns, o.dialTimeout, o.sec)
 	if err != nil {
 		return nil, err
 	}
 	defer closeConns(wconns)
-	pconns, err := dial(ctx, o.endpoints, o.putConns, o.dialTimeout)
+	pconns, err := dial(ctx, o.endpoints, o.putConns, o.dialTimeout, o.sec)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,7 @@ func benchWatch(ctx context.Context, o watchOptions) (*watchResult, error) {
 		wg       sync.WaitGroup
 	)
 	for c := range o.putClients {
-		kv := pb.NewKVClient(pconns[c%len(pconns)])
+		kv := client{KVClient: pb.NewKVClient(pconns[c%len(pconns)])}
 		wg.Go(func() {
 			value := make([]byte, o.valSize)
 			for ctx.Err() == nil {
@@ -347,7 +348,7 @@ func benchWatch(ctx context.Context, o watchOptions) (*watchResult, error) {
 					}
 				}
 				stamp(value, j, time.Since(base))
-				err := call(ctx, func(ctx context.Context, kv pb.KVClient, _ int64) error {
+				err := call(ctx, func(ctx context.Context, kv client, _ int64) error {
 					_, err := kv.Put(ctx, &pb.PutRequest{Key: watchKey(int(j)%o.watchers, o.watchers), Value: value})
 					return err
 				}, kv, j, o.reqTimeout)

@@ -12,11 +12,17 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// requestFunc issues one request. seq numbers the requests of a phase from 0.
-// A requestFunc belongs to one client loop and is never called concurrently,
-// so it may reuse its request message between calls: gRPC has marshalled the
-// message by the time the call returns.
-type requestFunc func(ctx context.Context, kv pb.KVClient, seq int64) error
+// requestFunc issues one request over kv's connection. seq numbers the
+// requests of a phase from 0. A requestFunc belongs to one client loop and
+// is never called concurrently, so it may reuse its request message between
+// calls: gRPC has marshalled the message by the time the call returns.
+type requestFunc func(ctx context.Context, kv client, seq int64) error
+
+// client is the stubs of one connection: KV and, for the auth workload, Auth.
+type client struct {
+	pb.KVClient
+	auth pb.AuthClient
+}
 
 // A workload is one benchmark command's requests.
 type workload interface {
@@ -94,7 +100,7 @@ func (w *putWorkload) prepare(context.Context, []pb.KVClient, int) error { retur
 
 func (w *putWorkload) newLoop() requestFunc {
 	req := &pb.PutRequest{Key: make([]byte, w.keySize), Value: w.value}
-	return func(ctx context.Context, kv pb.KVClient, seq int64) error {
+	return func(ctx context.Context, kv client, seq int64) error {
 		fillKey(req.Key, w.keyIndex(seq))
 		_, err := kv.Put(ctx, req)
 		return err
@@ -203,7 +209,7 @@ func preloadPrefix(ctx context.Context, kvs []pb.KVClient, clients int, prefix s
 
 func (w *rangeWorkload) newLoop() requestFunc {
 	req := w.request()
-	return func(ctx context.Context, kv pb.KVClient, _ int64) error {
+	return func(ctx context.Context, kv client, _ int64) error {
 		_, err := kv.Range(ctx, req)
 		return err
 	}
@@ -248,7 +254,7 @@ func (w *txnWorkload) newLoop() requestFunc {
 			RequestPut: &pb.PutRequest{Key: keys[j], Value: w.value},
 		}}
 	}
-	return func(ctx context.Context, kv pb.KVClient, seq int64) error {
+	return func(ctx context.Context, kv client, seq int64) error {
 		// Consecutive indexes keep the keys of one txn distinct, which etcd
 		// requires of the puts in one txn.
 		base := w.keyIndex(seq * int64(w.ops))
@@ -261,6 +267,30 @@ func (w *txnWorkload) newLoop() requestFunc {
 		}
 		if !resp.Succeeded {
 			return fmt.Errorf("txn on %q: compare version > -1 failed, which must always hold", keys[0])
+		}
+		return nil
+	}
+}
+
+// authWorkload logs in: one Authenticate call per request, with --user's
+// name and password. It measures the server's password check (bcrypt at
+// the cost the user's password was hashed with) and, for simple tokens,
+// the raft round that assigns the token. The tokens are not used.
+type authWorkload struct {
+	user *userCreds
+}
+
+func (w *authWorkload) prepare(context.Context, []pb.KVClient, int) error { return nil }
+
+func (w *authWorkload) newLoop() requestFunc {
+	req := &pb.AuthenticateRequest{Name: w.user.name, Password: w.user.password}
+	return func(ctx context.Context, c client, _ int64) error {
+		resp, err := c.auth.Authenticate(ctx, req)
+		if err != nil {
+			return err
+		}
+		if resp.Token == "" {
+			return errors.New("authenticate: the server returned no token")
 		}
 		return nil
 	}
