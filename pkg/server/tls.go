@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
@@ -91,13 +90,10 @@ func (w errorLogWriter) Write(p []byte) (int, error) {
 // dialMember connects to another member's client URL: TLS with the
 // member's client block (client-cert-file, trusted-ca-file) for https.
 func dialMember(clientURL string, info *tlsconf.Info) (*grpc.ClientConn, error) {
-	u, err := url.Parse(clientURL)
+	creds, err := info.DialCredentials(clientURL)
 	if err != nil {
 		return nil, err
 	}
-	creds := insecure.NewCredentials()
-	if u.Scheme == "https" {
-		creds = info.ClientCredentials()
-	}
+	u, _ := url.Parse(clientURL)
 	return grpc.NewClient("passthrough:///"+u.Host, grpc.WithTransportCredentials(creds))
 }

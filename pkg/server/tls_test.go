@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/tlsconf"
 	"github.com/kvd-dev/kvd/pkg/tlsconf/tlstest"
 )
 
@@ -132,6 +133,17 @@ func TestTLSCluster(t *testing.T) {
 			}
 		}
 		tr.CloseIdleConnections()
+	}
+
+	// A member dials another's https client URL as a client (the initial
+	// corruption check does) with its client block: cert-file presented,
+	// trusted-ca-file verifying.
+	info, err := tlsconf.ForClient(cs[0], zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peerHashKV(ctx5(t), "https://"+u[0].Host, info, 0); err != nil {
+		t.Errorf("HashKV from m1 to m2 over TLS: %v", err)
 	}
 
 	// Member list shows the https client URLs everyone published.

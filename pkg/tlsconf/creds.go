@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TLSConn is a connection that carries TLS: a *tls.Conn, or a wrapper of
@@ -77,6 +80,25 @@ func (PlainAuthInfo) AuthType() string { return "insecure" }
 // certificate) for the host of the target, offering ALPN h2.
 func (i *Info) ClientCredentials() credentials.TransportCredentials {
 	return &clientCreds{i: i}
+}
+
+// DialCredentials returns the credentials to dial another member's URL
+// rawURL ("https://host:port" or "http://host:port"): ClientCredentials for
+// https, plaintext for http. Use the client block's Info for client URLs,
+// the peer block's for peer URLs.
+func (i *Info) DialCredentials(rawURL string) (credentials.TransportCredentials, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "https":
+		return i.ClientCredentials(), nil
+	case "http":
+		return insecure.NewCredentials(), nil
+	default:
+		return nil, fmt.Errorf("tlsconf: cannot dial %q: want http or https", rawURL)
+	}
 }
 
 type clientCreds struct {

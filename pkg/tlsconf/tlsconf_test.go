@@ -440,3 +440,19 @@ func TestGRPCCredentials(t *testing.T) {
 		t.Errorf("handshake failures logged %d times, want 1 (rate limited)", n)
 	}
 }
+
+func TestDialCredentials(t *testing.T) {
+	i, err := New(Options{Block: ClientBlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, want := range map[string]string{"https://127.0.0.1:2379": "tls", "http://127.0.0.1:2379": "insecure"} {
+		c, err := i.DialCredentials(u)
+		if err != nil || c.Info().SecurityProtocol != want {
+			t.Errorf("%s: %v %v, want %s", u, c, err, want)
+		}
+	}
+	if _, err := i.DialCredentials("unix://x"); err == nil {
+		t.Error("unix URL accepted")
+	}
+}
