@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -215,9 +216,12 @@ func (s *Server) PublishAttributes(ctx context.Context, name string, clientURLs 
 // leaderConns caches a client connection to the leader's client URL, for
 // the calls only the leader can answer.
 type leaderConns struct {
-	mu   sync.Mutex
-	url  string
-	conn *grpc.ClientConn
+	// creds chooses the credentials for a client URL (TLS for https); nil
+	// dials without TLS.
+	creds func(url string) (credentials.TransportCredentials, error)
+	mu    sync.Mutex
+	url   string
+	conn  *grpc.ClientConn
 }
 
 func (l *leaderConns) get(url string) (*grpc.ClientConn, error) {
@@ -229,7 +233,15 @@ func (l *leaderConns) get(url string) (*grpc.ClientConn, error) {
 	if l.conn != nil {
 		l.conn.Close()
 	}
-	conn, err := DialClientURL(url)
+	creds := insecure.NewCredentials()
+	if l.creds != nil {
+		c, err := l.creds(url)
+		if err != nil {
+			return nil, err
+		}
+		creds = c
+	}
+	conn, err := dialClientURL(url, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -246,13 +258,18 @@ func (l *leaderConns) close() {
 	}
 }
 
-// DialClientURL connects to a member's client URL (http://host:port).
+// DialClientURL connects to a member's client URL (http://host:port)
+// without TLS.
 func DialClientURL(url string) (*grpc.ClientConn, error) {
+	return dialClientURL(url, insecure.NewCredentials())
+}
+
+func dialClientURL(url string, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
 	target := url
 	if i := strings.Index(target, "://"); i >= 0 {
 		target = target[i+3:]
 	}
-	return grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(creds))
 }
 
 // leaderConn returns a connection to the leader's first client URL.

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
@@ -77,6 +78,9 @@ type Deps struct {
 	WatchHub *watchhub.Hub
 	// Auth, if set, serves the Auth service and checks callers.
 	Auth *authz.Store
+	// LeaderCreds chooses the credentials to reach another member's client
+	// URL (lease and promote calls only the leader answers); nil: no TLS.
+	LeaderCreds func(url string) (credentials.TransportCredentials, error)
 }
 
 // Server implements the services.
@@ -116,6 +120,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.ElectionTimeout = time.Second
 	}
 	s := &Server{cfg: cfg, Deps: d, tracing: tracing}
+	s.leader.creds = d.LeaderCreds
 	s.ids.init(d.Raft.ID(), time.Now())
 	return s
 }

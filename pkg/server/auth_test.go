@@ -12,11 +12,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -229,5 +232,69 @@ func TestAuthTokenConfigRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "auth-token") {
 			t.Errorf("auth-token %q: start error %v, want one naming auth-token", spec, err)
 		}
+	}
+}
+
+// With client-cert-auth, a verified client certificate's CommonName is the
+// user when the request carries no token; over TLS, a follower relays the
+// calls only the leader answers to the leader's https client URL.
+func TestAuthClientCertCN(t *testing.T) {
+	p := newTLSPKI(t)
+	cs := clusterConfigs(t, "bolt", "bolt", "badger")
+	for _, c := range cs {
+		p.tlsConfig(t, c)
+		c.BcryptCost = 4
+	}
+	ms := make([]*member, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); ms[i] = startTLSMember(t, c, p) }()
+	}
+	wg.Wait()
+	lead := leaderIndex(t, ms)
+	follower := ms[(lead+1)%3]
+
+	// A lease granted on the leader, asked about on a follower (relayed
+	// over TLS) before auth is on.
+	lg, err := pb.NewLeaseClient(ms[lead].conn).LeaseGrant(ctx5(t), &pb.LeaseGrantRequest{TTL: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := pb.NewLeaseClient(follower.conn).LeaseTimeToLive(ctx5(t), &pb.LeaseTimeToLiveRequest{ID: lg.ID})
+	if err != nil || ttl.TTL <= 0 {
+		t.Fatalf("TimeToLive on a follower over TLS: %v %v", ttl, err)
+	}
+
+	// The test connections present CN root; alice and mallory have their own.
+	setupAuth(t, follower)
+	if _, err := ms[lead].kv.Put(ctx5(t), &pb.PutRequest{Key: []byte("/app/x"), Value: []byte("1")}); err != nil {
+		t.Fatalf("CN root writes: %v", err)
+	}
+	dial := func(m int, cn string) pb.KVClient {
+		u, _ := cs[m].ClientURLs()
+		conn, err := grpc.NewClient(u[0].Host, grpc.WithTransportCredentials(credentials.NewTLS(p.clientTLS(t, cn))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return pb.NewKVClient(conn)
+	}
+	for m := range ms {
+		alice, mallory := dial(m, "alice"), dial(m, "mallory")
+		if _, err := alice.Range(ctx5(t), &pb.RangeRequest{Key: []byte("/app/x")}); err != nil {
+			t.Fatalf("m%d: CN alice reads /app/x: %v", m+1, err)
+		}
+		if _, err := alice.Put(ctx5(t), &pb.PutRequest{Key: []byte("/app/x")}); !errors.Is(toEtcdErr(err), rpctypes.ErrPermissionDenied) {
+			t.Fatalf("m%d: CN alice writes: %v, want permission denied", m+1, err)
+		}
+		if _, err := mallory.Range(ctx5(t), &pb.RangeRequest{Key: []byte("/app/x")}); !errors.Is(toEtcdErr(err), rpctypes.ErrPermissionDenied) {
+			t.Fatalf("m%d: CN of no user reads: %v, want permission denied", m+1, err)
+		}
+	}
+	// A token wins over the certificate: alice's token on root's connection.
+	aliceTok := as(t, ms[lead], "alice", "alicepw")
+	if _, err := ms[lead].kv.Put(aliceTok, &pb.PutRequest{Key: []byte("/app/x")}); !errors.Is(toEtcdErr(err), rpctypes.ErrPermissionDenied) {
+		t.Fatalf("alice's token over CN root's connection writes: %v, want permission denied", err)
 	}
 }

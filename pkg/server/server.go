@@ -208,7 +208,13 @@ func newWatchConfig(c *config.Config, st *mvcc.Store, mt *Metrics, lg *zap.Logge
 	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}, ProgressInterval: c.WatchProgressNotifyInterval.Std()}
 }
 
-func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, tr trace.Tracer, lg *zap.Logger) *api.Server {
+func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
+	// Calls only the leader answers are relayed to its client URL, which
+	// may be https: dial it as a client, with the client block.
+	clientTLS, err := tlsconf.ForClient(c, lg)
+	if err != nil {
+		return nil, err
+	}
 	peerActive := func(id uint64) bool {
 		for _, p := range ptr.PeerHealth() {
 			if p.ID == id {
@@ -226,9 +232,10 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		Version:         Version,
 		ClientCertAuth:  c.ClientTLS.ClientCertAuth,
 		BcryptCost:      int(c.BcryptCost),
-	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az})
+	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az,
+		LeaderCreds: clientTLS.DialCredentials})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
-	return s
+	return s, nil
 }
 
 // Actors are the member's running actors.
