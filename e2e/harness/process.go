@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -332,14 +333,20 @@ func (p *Process) waitReady(timeout time.Duration) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := c.Status(ctx, p.client)
-		if err == nil && st.Leader == 0 {
+		switch {
+		case refusedByAuth(err):
+			// Auth is on: the read below still needs a leader and the
+			// applied index before it is refused.
+			err = nil
+		case err == nil && st.Leader == 0:
 			err = errors.New("no leader yet")
 		}
 		if err == nil {
 			_, err = c.Get(ctx, "e2e-readiness-probe")
 		}
 		cancel()
-		if err == nil {
+		if err == nil || refusedByAuth(err) {
+			// An auth refusal of the anonymous read is an answer too.
 			return nil
 		}
 		last = err
@@ -528,4 +535,10 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// refusedByAuth tells whether err is auth refusing an anonymous caller: the
+// member is up and serving.
+func refusedByAuth(err error) bool {
+	return errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied)
 }
