@@ -16,6 +16,17 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// MaxNameBytes bounds user and role names: they are backend keys, and
+// bbolt takes keys up to 32 KiB (etcd v3.7.3 accepts longer names and then
+// fails fatally at every start).
+const MaxNameBytes = 32000
+
+// ErrUserNameTooLong and ErrRoleNameTooLong refuse names over MaxNameBytes.
+var (
+	ErrUserNameTooLong = status.Errorf(codes.InvalidArgument, "etcdserver: user name is too long (over %d bytes)", MaxNameBytes)
+	ErrRoleNameTooLong = status.Errorf(codes.InvalidArgument, "etcdserver: role name is too long (over %d bytes)", MaxNameBytes)
+)
+
 // ErrNoPasswordUser is what etcd answers (unmapped, so with code Unknown)
 // when a no-password user is given a password, or a password hash cannot be
 // decoded.
@@ -175,6 +186,9 @@ func (s *Store) userAdd(w Writer, old *state, r *pb.AuthUserAddRequest) error {
 	if r.Name == "" {
 		return rpctypes.ErrGRPCUserEmpty
 	}
+	if len(r.Name) > MaxNameBytes {
+		return ErrUserNameTooLong
+	}
 	if old.users[r.Name] != nil {
 		return rpctypes.ErrGRPCUserAlreadyExist
 	}
@@ -285,6 +299,9 @@ func (s *Store) userRevoke(w Writer, old *state, r *pb.AuthUserRevokeRoleRequest
 func (s *Store) roleAdd(w Writer, old *state, name string) error {
 	if name == "" {
 		return rpctypes.ErrGRPCRoleEmpty
+	}
+	if len(name) > MaxNameBytes {
+		return ErrRoleNameTooLong
 	}
 	if old.roles[name] != nil {
 		return rpctypes.ErrGRPCRoleAlreadyExist

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"sort"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -159,6 +160,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{&pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: "alice", HashedPassword: hashed("x")}}, rpctypes.ErrGRPCUserAlreadyExist},
 		{&pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: "bad", HashedPassword: "%%%"}}, ErrNoPasswordUser},
 		{&pb.InternalRaftRequest{AuthRoleAdd: &pb.AuthRoleAddRequest{Name: ""}}, rpctypes.ErrGRPCRoleEmpty},
+		{&pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: strings.Repeat("u", MaxNameBytes+1), HashedPassword: hashed("x")}}, ErrUserNameTooLong},
+		{&pb.InternalRaftRequest{AuthRoleAdd: &pb.AuthRoleAddRequest{Name: strings.Repeat("r", MaxNameBytes+1)}}, ErrRoleNameTooLong},
 		{&pb.InternalRaftRequest{AuthRoleAdd: &pb.AuthRoleAddRequest{Name: "reader"}}, rpctypes.ErrGRPCRoleAlreadyExist},
 		{&pb.InternalRaftRequest{AuthRoleGrantPermission: &pb.AuthRoleGrantPermissionRequest{Name: "reader"}}, rpctypes.ErrGRPCPermissionNotGiven},
 		{&pb.InternalRaftRequest{AuthRoleGrantPermission: &pb.AuthRoleGrantPermissionRequest{Name: "reader",
