@@ -52,6 +52,9 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 			return nil, err
 		}
 	}
+	if err := s.requireUser(ctx); err != nil {
+		return nil, err
+	}
 	return &pb.MemberListResponse{Header: s.memberHeader(), Members: toPBMembers(s.Cluster.Members())}, nil
 }
 

@@ -49,7 +49,8 @@ func (m *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequ
 	if err := m.s.Store.Backend().Defrag(); err != nil {
 		return nil, status.Errorf(codes.Internal, "etcdserver: defragment: %v", err)
 	}
-	return &pb.DefragmentResponse{Header: m.s.header(m.s.Store.Rev())}, nil
+	// etcd answers a defragment with an empty response, no header.
+	return &pb.DefragmentResponse{}, nil
 }
 
 // Hash is etcd's whole-backend hash, for tests: it depends on the engine's
@@ -68,7 +69,13 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if err != nil {
 		return nil, mvccErr(err)
 	}
-	return &pb.HashKVResponse{Header: s.header(rev), Hash: h, CompactRevision: compactRev, HashRevision: rev}, nil
+	// hash_revision is the revision hashed: the one asked for, or the
+	// current one for 0.
+	hashRev := rev
+	if r.Revision > 0 {
+		hashRev = r.Revision
+	}
+	return &pb.HashKVResponse{Header: s.header(rev), Hash: h, CompactRevision: compactRev, HashRevision: hashRev}, nil
 }
 
 // Snapshot streams a consistent copy of the backend in chunks, then its

@@ -68,9 +68,13 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 					continue
 				}
 				r := watchRequest(u.CreateRequest)
-				if err := w.s.watchPermitted(stream.Context(), u.CreateRequest); err != nil {
-					// Refused in order with the stream's other creates.
-					r.Refuse = watchRefusal(err)
+				// Refused in order with the stream's other creates. A
+				// negative start revision is refused as compacted first
+				// (by the hub), as etcd does.
+				if u.CreateRequest.StartRevision >= 0 {
+					if err := w.s.watchPermitted(stream.Context(), u.CreateRequest); err != nil {
+						r.Refuse = watchRefusal(err)
+					}
 				}
 				select {
 				case slots <- struct{}{}:

@@ -3,6 +3,7 @@ package authz
 import (
 	"bytes"
 	"sort"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 )
@@ -85,10 +86,15 @@ func (ss spanSet) has(key []byte) bool {
 type userPerms struct {
 	root        bool
 	read, write spanSet
+	// etcd's trees, built on the first inverted range (see ivtree.go).
+	treesOnce           sync.Once
+	readTree, writeTree *ivTree
+	user                *authpb.User
+	roles               map[string]*authpb.Role
 }
 
 func buildPerms(u *authpb.User, roles map[string]*authpb.Role) *userPerms {
-	p := &userPerms{}
+	p := &userPerms{user: u, roles: roles}
 	var read, write []span
 	for _, name := range u.Roles {
 		if name == RootRole {
@@ -135,10 +141,38 @@ func (p *userPerms) allowed(key, rangeEnd []byte, write bool) bool {
 	if len(rangeEnd) == 0 {
 		return set.has(key)
 	}
+	if inverted(key, rangeEnd) {
+		p.treesOnce.Do(p.buildTrees)
+		if write {
+			return p.writeTree.contains(key, rangeEnd)
+		}
+		return p.readTree.contains(key, rangeEnd)
+	}
 	if isOpenEnded(rangeEnd) {
 		rangeEnd = nil
 	}
 	return set.covers(key, rangeEnd)
+}
+
+// buildTrees inserts the permissions in etcd's order: the user's roles as
+// stored (sorted), each role's permissions as stored.
+func (p *userPerms) buildTrees() {
+	p.readTree, p.writeTree = newIVTree(), newIVTree()
+	for _, name := range p.user.Roles {
+		r := p.roles[name]
+		if r == nil {
+			continue
+		}
+		for _, perm := range r.KeyPermission {
+			s := permSpan(perm)
+			if perm.PermType == authpb.Permission_READ || perm.PermType == authpb.Permission_READWRITE {
+				p.readTree.insert(s.begin, s.end)
+			}
+			if perm.PermType == authpb.Permission_WRITE || perm.PermType == authpb.Permission_READWRITE {
+				p.writeTree.insert(s.begin, s.end)
+			}
+		}
+	}
 }
 
 func isOpenEnded(end []byte) bool { return len(end) == 1 && end[0] == 0 }

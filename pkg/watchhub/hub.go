@@ -648,7 +648,8 @@ func (h *Hub) syncRound() error {
 		if w.next < compactRev {
 			delete(h.unsynced, w)
 			w.state = stateCompacted
-			h.sendCtrl(w.s, Response{WatchID: w.id, Revision: rt.Rev(), Canceled: true, CompactRevision: compactRev})
+			// etcd's compaction cancel carries no header revision.
+			h.sendCtrl(w.s, Response{WatchID: w.id, Canceled: true, CompactRevision: compactRev})
 			continue
 		}
 		if from < 0 || w.next < from {
