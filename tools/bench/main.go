@@ -78,6 +78,7 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	gfs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the text summary")
 	gfs.IntVar(&o.idleWatchers, "idle-watchers", 0, "put, range, txn: hold this many watchers on keys never written while measuring")
 	gfs.IntVar(&o.idleStreams, "idle-streams", 10, "watch streams (over their own connections) carrying --idle-watchers")
+	gfs.IntVar(&o.cpuPID, "cpu-pid", 0, "Linux: also report the CPU time this process (the server) used while measuring, and per request")
 	gfs.StringVar(&user, "user", "", "name:password: each connection authenticates once and sends the token with every request")
 	gfs.StringVar(&cacert, "cacert", "", "TLS: verify the servers with this CA bundle (endpoints then https:// or host:port)")
 	gfs.StringVar(&cert, "cert", "", "TLS: client certificate for mutual TLS (with --key)")

@@ -30,6 +30,7 @@ type runOptions struct {
 	idleWatchers   int // watchers held on never-written keys while measuring
 	idleStreams    int
 	sec            security
+	cpuPID         int // > 0: report this process's CPU time while measuring
 }
 
 func (o runOptions) validate() error {
@@ -238,11 +239,24 @@ func bench(ctx context.Context, o runOptions, name string, w workload) (*summary
 	if o.warmup > 0 {
 		runPhase(ctx, cls, loops, 0, o.warmup, o.requestTimeout, false)
 	}
+	var cpu0 time.Duration
+	if o.cpuPID > 0 {
+		if cpu0, err = processCPU(o.cpuPID); err != nil {
+			return nil, fmt.Errorf("--cpu-pid: %w", err)
+		}
+	}
 	res := runPhase(ctx, cls, loops, o.total, o.duration, o.requestTimeout, true)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s interrupted: %w", name, err)
 	}
 	s := summarize(name, res)
+	if o.cpuPID > 0 {
+		cpu1, err := processCPU(o.cpuPID)
+		if err != nil {
+			return nil, fmt.Errorf("--cpu-pid: %w", err)
+		}
+		s.CPU = cpu1 - cpu0
+	}
 	s.Endpoints, s.Clients, s.Conns, s.IdleWatchers = o.endpoints, o.clients, o.conns, o.idleWatchers
 	s.TLS, s.User = o.sec.tlsMode(), o.sec.userName()
 	if o.sec.reauths != nil {

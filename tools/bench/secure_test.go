@@ -371,3 +371,37 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 	}
 	return path
 }
+
+func TestProcessCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	pid := os.Getpid()
+	c0, err := processCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	c1, err := processCPU(pid)
+	if err != nil || c1-c0 < 100*time.Millisecond {
+		t.Errorf("CPU %v after 300ms of spinning (from %v), err %v; want at least 100ms more", c1, c0, err)
+	}
+	if _, err := processCPU(1 << 30); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}
+
+func TestCPUPIDReported(t *testing.T) {
+	f := newFakeKV()
+	addr := startFake(t, f)
+	// The fake server runs in this process.
+	s, code := runJSON(t, addr, "--cpu-pid", fmt.Sprint(os.Getpid()), "--clients", "4", "--conns", "2", "--duration", "300ms", "put")
+	if code != 0 || s.CPUSec <= 0 || s.CPUPerReqUs <= 0 {
+		t.Errorf("exit %d, server CPU %vs, %vµs/request; want both positive", code, s.CPUSec, s.CPUPerReqUs)
+	}
+	s, _ = runJSON(t, addr, "--clients", "1", "--conns", "1", "--total", "5", "put")
+	if s.CPUSec != 0 || s.CPUPerReqUs != 0 {
+		t.Errorf("without --cpu-pid: %+v; want no CPU figures", s)
+	}
+}

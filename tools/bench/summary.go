@@ -22,9 +22,11 @@ type summary struct {
 	IdleWatchers int
 	// TLS ("tls" or "mutual") and User (--user's name, with Reauths, the
 	// logins after a refused token) are empty without those flags.
-	TLS        string
-	User       string
-	Reauths    int64
+	TLS     string
+	User    string
+	Reauths int64
+	// CPU is what the --cpu-pid process used while measuring (0 without).
+	CPU        time.Duration
 	Total      time.Duration
 	Requests   int64
 	Errors     int64
@@ -57,6 +59,15 @@ func summarize(name string, res phaseResult) *summary {
 	return s
 }
 
+// cpuPerRequest is the --cpu-pid process's CPU per request, failed ones
+// included (they cost the server too), in microseconds.
+func (s *summary) cpuPerRequest() float64 {
+	if n := s.Requests + s.Errors; n > 0 && s.CPU > 0 {
+		return float64(s.CPU) / float64(time.Microsecond) / float64(n)
+	}
+	return 0
+}
+
 func secs(d time.Duration) string { return fmt.Sprintf("%.4f secs.", d.Seconds()) }
 
 // writeText prints the summary in the layout of etcd's benchmark tool.
@@ -83,6 +94,9 @@ func (s *summary) writeText(w io.Writer) error {
 	fmt.Fprintf(&b, "  Average:\t%s\n", secs(s.average))
 	fmt.Fprintf(&b, "  Stddev:\t%s\n", secs(s.stddev))
 	fmt.Fprintf(&b, "  Requests/sec:\t%.4f\n", s.RPS)
+	if s.CPU > 0 {
+		fmt.Fprintf(&b, "  Server CPU:\t%s (%.1f µs/request)\n", secs(s.CPU), s.cpuPerRequest())
+	}
 	if len(s.Histogram) > 0 {
 		b.WriteString("\nResponse time histogram:\n")
 		most := 0
@@ -116,6 +130,8 @@ type jsonSummary struct {
 	TLS          string      `json:"tls,omitempty"`
 	User         string      `json:"user,omitempty"`
 	Reauths      int64       `json:"reauths,omitempty"`
+	CPUSec       float64     `json:"server_cpu_sec,omitempty"`
+	CPUPerReqUs  float64     `json:"server_cpu_us_per_req,omitempty"`
 	TotalSec     float64     `json:"total_sec"`
 	Requests     int64       `json:"requests"`
 	Errors       int64       `json:"errors"`
@@ -147,6 +163,8 @@ func (s *summary) writeJSON(w io.Writer) error {
 		TLS:          s.TLS,
 		User:         s.User,
 		Reauths:      s.Reauths,
+		CPUSec:       s.CPU.Seconds(),
+		CPUPerReqUs:  s.cpuPerRequest(),
 		TotalSec:     s.Total.Seconds(),
 		Requests:     s.Requests,
 		Errors:       s.Errors,
