@@ -34,12 +34,18 @@ usage: scripts/bench-auth.sh [options]
       --no-auth-workload
       --skip LIST      server:mode pairs not to run, e.g. "kvd-bolt:tls"
                        (env BENCH_SKIP); their rows say "skipped"
+      --etcd-split-http
+                       give etcd --listen-client-http-urls on port P+2, so
+                       its client URL serves gRPC alone (natively, not
+                       through net/http as when gRPC and HTTP share the
+                       port: etcd's slow path over TLS); kvd is unchanged
       --pprof DIR      kvd only: also take a CPU profile of the server
                        (--enable-pprof, /debug/pprof/profile for the
                        measuring time) of every kvd workload into DIR
       --kvd-rev REV    build kvd from git commit REV (git archive into the
                        scratch dir) instead of the working tree (env KVD_REV)
-      --port P         client port P, peer port P+1 (default 23790; env BENCH_PORT)
+      --port P         client port P, peer port P+1, P+2 kept free (default
+                       23790; env BENCH_PORT)
   -o, --out FILE       also write the tables to FILE
       --keep-logs DIR  copy the server logs (one per server, mode and round) to DIR
   -h, --help
@@ -65,6 +71,7 @@ skip=${BENCH_SKIP:-}
 port=${BENCH_PORT:-23790}
 kvd_rev=${KVD_REV:-}
 auth_workload=1
+etcd_split=""
 pprof_dir=""
 out=""
 keep_logs=""
@@ -83,6 +90,7 @@ while [ $# -gt 0 ]; do
 	--workloads) workloads=$2; shift 2 ;;
 	--no-auth-workload) auth_workload=""; shift ;;
 	--skip) skip=$2; shift 2 ;;
+	--etcd-split-http) etcd_split=1; shift ;;
 	--pprof) pprof_dir=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--kvd-rev) kvd_rev=$2; shift 2 ;;
@@ -298,8 +306,8 @@ start_server() {
 		reason=${missing[$kind]}
 		return 1
 	fi
-	if port_busy "$port" || port_busy "$((port + 1))"; then
-		reason="port $port or $((port + 1)) already in use"
+	if port_busy "$port" || port_busy "$((port + 1))" || port_busy "$((port + 2))"; then
+		reason="port $port, $((port + 1)) or $((port + 2)) already in use"
 		return 1
 	fi
 	[ "$m" = tls ] && scheme=https
@@ -312,6 +320,7 @@ start_server() {
 	case $s in
 	kvd-bolt) args+=(--backend bolt) ;;
 	kvd-badger) args+=(--backend badger) ;;
+	etcd) [ -n "$etcd_split" ] && args+=(--listen-client-http-urls "$scheme://127.0.0.1:$((port + 2))") ;;
 	esac
 	[ -n "$pprof_dir" ] && [ "$kind" = kvd ] && args+=(--enable-pprof)
 	"${bin_of[$kind]}" "${args[@]}" >"$logf" 2>&1 &
@@ -365,7 +374,7 @@ jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
 
 # Per server, mode and workload: space-separated values, one per successful
 # round; errs sums the failed requests; fail keeps the last failure.
-declare -A rps p50 p99 p999 errs fail reauths
+declare -A rps p50 p99 p999 cpu errs fail reauths
 
 run_workload() {
 	local s=$1 m=$2 w=$3 r=$4 json rc=0
@@ -385,7 +394,7 @@ run_workload() {
 		pprof_pid=$!
 	fi
 	json=$(timeout --foreground --kill-after=5 "$run_timeout" "$bench" "${cflags[@]}" "${extra[@]}" \
-		--clients "$clients" --conns "$conns" --duration "$duration" --warmup "$warmup" --json \
+		--clients "$clients" --conns "$conns" --duration "$duration" --warmup "$warmup" --json --cpu-pid "$server_pid" \
 		"${wargs[@]}" 2>"$work/run.err") || rc=$?
 	if [ -n "$pprof_pid" ]; then
 		wait "$pprof_pid" 2>/dev/null || true
@@ -405,6 +414,7 @@ run_workload() {
 	p50[$s,$m,$w]+="$(jfield "$json" p50) "
 	p99[$s,$m,$w]+="$(jfield "$json" p99) "
 	p999[$s,$m,$w]+="$(jfield "$json" p99_9) "
+	cpu[$s,$m,$w]+="$(jfield "$json" server_cpu_us_per_req) "
 	n=$(jfield "$json" reauths)
 	reauths[$s,$m,$w]=$((${reauths[$s,$m,$w]:-0} + ${n:-0}))
 	n=$(jfield "$json" errors)
@@ -491,33 +501,43 @@ cost() {
 	fi
 }
 
+# added WITH WITHOUT: (WITH/WITHOUT - 1) in percent.
+added() {
+	if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ]; then
+		echo "n/a"
+	else
+		awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }'
+	fi
+}
+
 tables() {
 	local of_rounds=""
 	[ "$rounds" -gt 1 ] && of_rounds=", medians of $rounds rounds (req/s: min–max in brackets)"
 	echo "$clients clients over $conns connections, single member on loopback, $duration per workload after" \
 		"$warmup warm-up$of_rounds; bcrypt cost 10; started $started_at;" \
 		"$(nproc 2>/dev/null || echo "?") CPUs (load average at start $load_at_start), $(go env GOVERSION)," \
-		"kvd ${kvd_rev:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")${KVD_BIN:+ (KVD_BIN=$KVD_BIN)}}, etcd v3.7.3."
+		"kvd ${kvd_rev:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")${KVD_BIN:+ (KVD_BIN=$KVD_BIN)}}, etcd v3.7.3${etcd_split:+ (gRPC alone on its client URL: --listen-client-http-urls)}."
 	echo
-	echo "| server | mode | workload | req/s | p50 ms | p99 ms | p99.9 ms | errors |"
-	echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"
-	declare -A mrps mp99
+	echo "| server | mode | workload | req/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/req | errors |"
+	echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+	declare -A mrps mp99 mcpu
 	local s m w k
 	for s in "${server_list[@]}"; do
 		for m in "${mode_list[@]}"; do
 			for w in $(mode_workloads "$m"); do
 				k=$s,$m,$w
 				if [ -z "${rps[$k]:-}" ]; then
-					echo "| $s | $(mode_label "$m") | $(workload_label "$w") | ${fail[$k]//|/-} | | | | |"
+					echo "| $s | $(mode_label "$m") | $(workload_label "$w") | ${fail[$k]//|/-} | | | | | |"
 					continue
 				fi
 				mrps[$k]=$(median "${rps[$k]}")
 				mp99[$k]=$(median "${p99[$k]}")
+				mcpu[$k]=$(median "${cpu[$k]}")
 				local e=${errs[$k]}
 				[ "${reauths[$k]:-0}" != 0 ] && e+=" (${reauths[$k]} re-logins)"
-				printf '| %s | %s | %s | %.1f%s | %.2f | %.2f | %.2f | %s |\n' "$s" "$(mode_label "$m")" \
+				printf '| %s | %s | %s | %.1f%s | %.2f | %.2f | %.2f | %.1f | %s |\n' "$s" "$(mode_label "$m")" \
 					"$(workload_label "$w")" "${mrps[$k]}" "$(spread "${rps[$k]}")" \
-					"$(median "${p50[$k]}")" "${mp99[$k]}" "$(median "${p999[$k]}")" "$e"
+					"$(median "${p50[$k]}")" "${mp99[$k]}" "$(median "${p999[$k]}")" "${mcpu[$k]:-0}" "$e"
 			done
 		done
 	done
@@ -527,8 +547,8 @@ tables() {
 		echo
 		local head="| mode | workload |" sep="| --- | --- |"
 		for s in "${kvds[@]}"; do
-			head+=" $s/etcd req/s | $s/etcd p99 |"
-			sep+=" ---: | ---: |"
+			head+=" $s/etcd req/s | $s/etcd p99 | $s/etcd CPU/req |"
+			sep+=" ---: | ---: | ---: |"
 		done
 		echo "$head"
 		echo "$sep"
@@ -536,22 +556,22 @@ tables() {
 			for w in $(mode_workloads "$m"); do
 				local row="| $(mode_label "$m") | $(workload_label "$w") |"
 				for s in "${kvds[@]}"; do
-					row+=" $(ratio "${mrps[$s,$m,$w]:-}" "${mrps[etcd,$m,$w]:-}") | $(ratio "${mp99[$s,$m,$w]:-}" "${mp99[etcd,$m,$w]:-}") |"
+					row+=" $(ratio "${mrps[$s,$m,$w]:-}" "${mrps[etcd,$m,$w]:-}") | $(ratio "${mp99[$s,$m,$w]:-}" "${mp99[etcd,$m,$w]:-}") | $(ratio "${mcpu[$s,$m,$w]:-}" "${mcpu[etcd,$m,$w]:-}") |"
 				done
 				echo "$row"
 			done
 		done
 	fi
-	# Each server's own cost: the throughput lost against its own auth-off
-	# rows, (1 - req/s / req/s auth off) in percent (negative: faster), and
-	# p99 as a multiple of the auth-off p99.
+	# Each server's own cost against its own auth-off rows: the throughput
+	# lost, (1 - req/s / req/s auth off) in percent (negative: faster), and
+	# the server CPU per request added, in percent.
 	local others=()
 	for m in "${mode_list[@]}"; do [ "$m" = plain ] || others+=("$m"); done
 	if [[ " $modes " == *" plain "* ]] && [ ${#others[@]} -gt 0 ]; then
 		echo
 		local head="| server | workload |" sep="| --- | --- |"
 		for m in "${others[@]}"; do
-			head+=" $(mode_label "$m"): req/s lost | $(mode_label "$m"): p99 × |"
+			head+=" $(mode_label "$m"): req/s lost | $(mode_label "$m"): CPU/req added |"
 			sep+=" ---: | ---: |"
 		done
 		echo "$head"
@@ -560,7 +580,7 @@ tables() {
 			for w in $workloads; do
 				local row="| $s | $(workload_label "$w") |"
 				for m in "${others[@]}"; do
-					row+=" $(cost "${mrps[$s,$m,$w]:-}" "${mrps[$s,plain,$w]:-}") | $(ratio "${mp99[$s,$m,$w]:-}" "${mp99[$s,plain,$w]:-}") |"
+					row+=" $(cost "${mrps[$s,$m,$w]:-}" "${mrps[$s,plain,$w]:-}") | $(added "${mcpu[$s,$m,$w]:-}" "${mcpu[$s,plain,$w]:-}") |"
 				done
 				echo "$row"
 			done
