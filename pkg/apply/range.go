@@ -77,8 +77,14 @@ func Range(r mvcc.Reader, req *pb.RangeRequest) (*pb.RangeResponse, error) {
 		resp.More = true
 	}
 	if req.KeysOnly {
+		// etcd v3.7 answers keys_only from its index unless it sorts by
+		// value: the keys then carry no lease either.
+		fromIndex := req.SortTarget != pb.RangeRequest_VALUE
 		for _, kv := range kvs {
 			kv.Value = nil
+			if fromIndex {
+				kv.Lease = 0
+			}
 		}
 	}
 	resp.Kvs = kvs
