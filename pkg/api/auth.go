@@ -220,7 +220,8 @@ func (s *Server) caller(ctx context.Context) (*authz.Info, error) {
 	// A simple token is known on this member once the Authenticate entry
 	// that minted it (its raft index) is applied here: wait for that, as
 	// etcd does, rather than call a fresh token invalid.
-	if tok, ok := authz.TokenOf(ctx); ok {
+	tok, hasToken := authz.TokenOf(ctx)
+	if hasToken {
 		if idx, ok := authz.SimpleTokenIndex(tok); ok && idx > s.Applied.Index() {
 			wctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 			err := s.Applied.Wait(wctx, idx)
@@ -230,7 +231,7 @@ func (s *Server) caller(ctx context.Context) (*authz.Info, error) {
 			}
 		}
 	}
-	return s.Auth.Identify(ctx, s.cfg.ClientCertAuth)
+	return s.Auth.Identify(ctx, tok, hasToken, s.cfg.ClientCertAuth)
 }
 
 // requireAdmin is etcd's check for the calls reserved to the root role.
@@ -359,9 +360,8 @@ func (s *Server) checkRenew(ctx context.Context, id int64) error {
 
 // forwardAuth carries the caller's token to the leader on a relayed call.
 func forwardAuth(ctx context.Context) context.Context {
-	md, _ := metadata.FromIncomingContext(ctx)
 	for _, k := range []string{rpctypes.TokenFieldNameGRPC, rpctypes.TokenFieldNameSwagger} {
-		if v := md.Get(k); len(v) > 0 {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
 			return metadata.AppendToOutgoingContext(ctx, k, v[0])
 		}
 	}

@@ -341,11 +341,8 @@ func etcdMethod(full string) bool { return strings.HasPrefix(full, "/etcdserverp
 // requireLeader reports whether the client asked to be refused when this
 // member has no leader (clientv3.WithRequireLeader).
 func requireLeader(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return false
-	}
-	v := md.Get(rpctypes.MetadataRequireLeaderKey)
+	// Not FromIncomingContext: that copies the whole metadata, per request.
+	v := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataRequireLeaderKey)
 	return len(v) > 0 && v[0] == rpctypes.MetadataHasLeader
 }
 

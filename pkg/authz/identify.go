@@ -11,19 +11,17 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// Identify answers who is calling: the user of the request's token (gRPC
-// metadata "token", or "authorization" with an optional "Bearer " prefix, as
-// etcd's gateway sends it), else, when certCN is set (client-cert-auth), the
-// CommonName of the verified client certificate. nil means an anonymous
-// caller, and is what every caller is while auth is disabled. A token that
-// does not resolve is etcd's "invalid auth token".
-func (s *Store) Identify(ctx context.Context, certCN bool) (*Info, error) {
+// Identify answers who is calling: the user of the request's token (see
+// TokenOf; hasToken is false when it carries none), else, when certCN is set
+// (client-cert-auth), the CommonName of the verified client certificate.
+// nil means an anonymous caller, and is what every caller is while auth is
+// disabled. A token that does not resolve is etcd's "invalid auth token".
+func (s *Store) Identify(ctx context.Context, t string, hasToken, certCN bool) (*Info, error) {
 	st := s.cur.Load()
 	if !st.enabled {
 		return nil, nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if t, ok := tokenOf(md); ok {
+	if hasToken {
 		if s.tokens == nil {
 			return nil, rpctypes.ErrGRPCInvalidAuthToken
 		}
@@ -37,13 +35,13 @@ func (s *Store) Identify(ctx context.Context, certCN bool) (*Info, error) {
 	if !certCN {
 		return nil, nil
 	}
-	return certUser(ctx, md, st.rev), nil
+	return certUser(ctx, st.rev), nil
 }
 
 // certUser is the CommonName of the first verified chain's leaf. A request
 // relayed by a gateway carries the gateway's certificate, never the user's,
 // so its CN is ignored, as etcd does.
-func certUser(ctx context.Context, md metadata.MD, rev uint64) *Info {
+func certUser(ctx context.Context, rev uint64) *Info {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {
 		return nil
@@ -56,7 +54,7 @@ func certUser(ctx context.Context, md metadata.MD, rev uint64) *Info {
 		if len(chain) == 0 {
 			continue
 		}
-		if len(md.Get("grpcgateway-accept")) > 0 {
+		if len(metadata.ValueFromIncomingContext(ctx, "grpcgateway-accept")) > 0 {
 			return nil
 		}
 		return &Info{User: chain[0].Subject.CommonName, Revision: rev}
@@ -64,16 +62,14 @@ func certUser(ctx context.Context, md metadata.MD, rev uint64) *Info {
 	return nil
 }
 
-// TokenOf returns the request's token, if it carries one.
+// TokenOf returns the request's token, if it carries one: gRPC metadata
+// "token", or "authorization" with an optional "Bearer " prefix, as etcd's
+// gateway sends it. It reads the two keys without copying the metadata
+// (this is on every request's path once auth is on).
 func TokenOf(ctx context.Context) (string, bool) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return tokenOf(md)
-}
-
-func tokenOf(md metadata.MD) (string, bool) {
-	tok := md.Get(rpctypes.TokenFieldNameGRPC)
+	tok := metadata.ValueFromIncomingContext(ctx, rpctypes.TokenFieldNameGRPC)
 	if len(tok) == 0 {
-		tok = md.Get(rpctypes.TokenFieldNameSwagger)
+		tok = metadata.ValueFromIncomingContext(ctx, rpctypes.TokenFieldNameSwagger)
 	}
 	if len(tok) == 0 {
 		return "", false

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,11 +42,15 @@ func SimpleTokenIndex(token string) (index uint64, ok bool) {
 	return index, true
 }
 
-// simpleToken is a live simple token.
+// simpleToken is a live simple token. Its expiry (Unix nanoseconds) moves
+// on every use without the provider's write lock: resolving a token is on
+// every authenticated request's path.
 type simpleToken struct {
 	user    string
-	expires time.Time
+	expires atomic.Int64
 }
+
+func (tok *simpleToken) expired(now time.Time) bool { return now.UnixNano() > tok.expires.Load() }
 
 // simpleTokens is etcd's "simple" provider: random tokens, the same on
 // every member because Assign runs as raft applies Authenticate, kept in
@@ -58,8 +63,8 @@ type simpleTokens struct {
 	now        func() time.Time
 	sweepEvery time.Duration
 
-	mu      sync.Mutex
-	tokens  map[string]simpleToken
+	mu      sync.RWMutex
+	tokens  map[string]*simpleToken
 	sweeper *tokenSweeper // nil while disabled
 	closed  bool
 }
@@ -79,7 +84,7 @@ func newSimpleTokens(lg *zap.Logger, ttl time.Duration, now func() time.Time, sw
 		ttl:        ttl,
 		now:        now,
 		sweepEvery: sweepEvery,
-		tokens:     make(map[string]simpleToken),
+		tokens:     make(map[string]*simpleToken),
 	}
 }
 
@@ -118,7 +123,9 @@ func (t *simpleTokens) Assign(user string, _ uint64, prefix string, index uint64
 			zap.String("user-name", user), zap.String("token-fingerprint", TokenFingerprint(token)))
 		return "", fmt.Errorf("auth: simple token %s (fingerprint) is already assigned", TokenFingerprint(token))
 	}
-	t.tokens[token] = simpleToken{user: user, expires: t.now().Add(t.ttl)}
+	tok := &simpleToken{user: user}
+	tok.expires.Store(t.now().Add(t.ttl).UnixNano())
+	t.tokens[token] = tok
 	return token, nil
 }
 
@@ -130,19 +137,18 @@ func (t *simpleTokens) Info(token string, rev uint64) (Info, bool) {
 	if _, ok := SimpleTokenIndex(token); !ok {
 		return Info{}, false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
 	tok, ok := t.tokens[token]
+	t.mu.RUnlock()
 	if !ok {
 		return Info{}, false
 	}
 	now := t.now()
-	if now.After(tok.expires) {
-		t.dropLocked(token, tok.user)
+	if tok.expired(now) {
+		// The sweep drops it.
 		return Info{}, false
 	}
-	tok.expires = now.Add(t.ttl)
-	t.tokens[token] = tok
+	tok.expires.Store(now.Add(t.ttl).UnixNano())
 	return Info{User: tok.user, Revision: rev}, true
 }
 
@@ -164,7 +170,7 @@ func (t *simpleTokens) Disable() {
 	t.mu.Lock()
 	s := t.sweeper
 	t.sweeper = nil
-	t.tokens = make(map[string]simpleToken)
+	t.tokens = make(map[string]*simpleToken)
 	t.mu.Unlock()
 	if s != nil {
 		close(s.stop)
@@ -211,7 +217,7 @@ func (t *simpleTokens) sweep() {
 	defer t.mu.Unlock()
 	now := t.now()
 	for token, tok := range t.tokens {
-		if now.After(tok.expires) {
+		if tok.expired(now) {
 			t.dropLocked(token, tok.user)
 		}
 	}
