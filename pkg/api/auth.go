@@ -211,11 +211,11 @@ func (a *authServer) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRev
 	return authCall[*pb.AuthRoleRevokePermissionResponse](ctx, a.s, &pb.InternalRaftRequest{AuthRoleRevokePermission: r})
 }
 
-// caller is who sends the request in ctx: nil while auth is off or for an
-// anonymous caller.
-func (s *Server) caller(ctx context.Context) (*authz.Info, error) {
+// caller is who sends the request in ctx; Anonymous while auth is off and
+// for callers without a token or (under client-cert-auth) a certificate.
+func (s *Server) caller(ctx context.Context) (authz.Info, error) {
 	if s.Auth == nil || !s.Auth.Enabled() {
-		return nil, nil
+		return authz.Info{}, nil
 	}
 	// A simple token is known on this member once the Authenticate entry
 	// that minted it (its raft index) is applied here: wait for that, as
@@ -227,7 +227,7 @@ func (s *Server) caller(ctx context.Context) (*authz.Info, error) {
 			err := s.Applied.Wait(wctx, idx)
 			cancel()
 			if err != nil {
-				return nil, s.raftErr(ctx, err)
+				return authz.Info{}, s.raftErr(ctx, err)
 			}
 		}
 	}
@@ -243,10 +243,10 @@ func (s *Server) requireAdmin(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if who == nil {
+	if who.Anonymous() {
 		return rpctypes.ErrGRPCUserEmpty
 	}
-	return s.Auth.CheckAdmin(*who)
+	return s.Auth.CheckAdmin(who)
 }
 
 // requireUser refuses anonymous callers while auth is on.
@@ -258,7 +258,7 @@ func (s *Server) requireUser(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if who == nil {
+	if who.Anonymous() {
 		return rpctypes.ErrGRPCUserEmpty
 	}
 	return nil
@@ -276,14 +276,10 @@ func (s *Server) readCheck(ctx context.Context, check func(authz.Info) error) (u
 	if err != nil {
 		return 0, err
 	}
-	var w authz.Info
-	if who != nil {
-		w = *who
-	}
-	if err := check(w); err != nil {
+	if err := check(who); err != nil {
 		return 0, err
 	}
-	return w.Revision, nil
+	return who.Revision, nil
 }
 
 func (s *Server) readStale(checked uint64) error {
@@ -311,15 +307,15 @@ func (s *Server) checkLeaseKeys(ctx context.Context, ids []int64) (uint64, error
 	if err != nil {
 		return 0, err
 	}
-	if who == nil {
+	if who.Anonymous() {
 		return 0, rpctypes.ErrGRPCUserEmpty
 	}
-	if s.Auth.IsAdmin(*who) {
+	if s.Auth.IsAdmin(who) {
 		return rev, nil
 	}
 	for _, id := range ids {
 		for _, k := range s.Leases.Keys(id) {
-			if err := s.Auth.CheckRead(*who, []byte(k), nil); err != nil {
+			if err := s.Auth.CheckRead(who, []byte(k), nil); err != nil {
 				return 0, err
 			}
 		}
@@ -341,14 +337,14 @@ func (s *Server) checkRenew(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	if who == nil {
+	if who.Anonymous() {
 		return rpctypes.ErrGRPCUserEmpty
 	}
-	if s.Auth.IsAdmin(*who) {
+	if s.Auth.IsAdmin(who) {
 		return nil
 	}
 	for _, k := range s.Leases.Keys(id) {
-		if err := s.Auth.CheckWrite(*who, []byte(k), nil); err != nil {
+		if err := s.Auth.CheckWrite(who, []byte(k), nil); err != nil {
 			return err
 		}
 	}
@@ -426,10 +422,6 @@ func (s *Server) watchPermitted(ctx context.Context, r *pb.WatchCreateRequest) e
 	if err != nil {
 		return err
 	}
-	var w authz.Info
-	if who != nil {
-		w = *who
-	}
 	key, end := r.Key, r.RangeEnd
 	if len(key) == 0 {
 		key = []byte{0}
@@ -437,7 +429,7 @@ func (s *Server) watchPermitted(ctx context.Context, r *pb.WatchCreateRequest) e
 	if len(end) == 1 && end[0] == 0 {
 		end = nil
 	}
-	return s.Auth.CheckRead(w, key, end)
+	return s.Auth.CheckRead(who, key, end)
 }
 
 // watchRefusal is the cancel reason of a refused watch create: the four

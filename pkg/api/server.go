@@ -168,7 +168,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 		if err != nil {
 			return apply.Result{}, err
 		}
-		if who != nil {
+		if !who.Anonymous() {
 			req.Header.Username, req.Header.AuthRevision = who.User, who.Revision
 		}
 	}

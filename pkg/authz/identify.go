@@ -14,26 +14,27 @@ import (
 // Identify answers who is calling: the user of the request's token (see
 // TokenOf; hasToken is false when it carries none), else, when certCN is set
 // (client-cert-auth), the CommonName of the verified client certificate.
-// nil means an anonymous caller, and is what every caller is while auth is
-// disabled. A token that does not resolve is etcd's "invalid auth token".
-func (s *Store) Identify(ctx context.Context, t string, hasToken, certCN bool) (*Info, error) {
+// The zero Info (Anonymous) is a caller without an identity, and what every
+// caller is while auth is disabled. A token that does not resolve is etcd's
+// "invalid auth token".
+func (s *Store) Identify(ctx context.Context, t string, hasToken, certCN bool) (Info, error) {
 	st := s.cur.Load()
 	if !st.enabled {
-		return nil, nil
+		return Info{}, nil
 	}
 	if hasToken {
 		if s.tokens == nil {
-			return nil, rpctypes.ErrGRPCInvalidAuthToken
+			return Info{}, rpctypes.ErrGRPCInvalidAuthToken
 		}
 		info, ok := s.tokens.Info(t, st.rev)
 		if !ok {
 			s.lg.Warn("invalid auth token", zap.String("token-fingerprint", TokenFingerprint(t)))
-			return nil, rpctypes.ErrGRPCInvalidAuthToken
+			return Info{}, rpctypes.ErrGRPCInvalidAuthToken
 		}
-		return &info, nil
+		return info, nil
 	}
 	if !certCN {
-		return nil, nil
+		return Info{}, nil
 	}
 	return certUser(ctx, st.rev), nil
 }
@@ -41,25 +42,25 @@ func (s *Store) Identify(ctx context.Context, t string, hasToken, certCN bool) (
 // certUser is the CommonName of the first verified chain's leaf. A request
 // relayed by a gateway carries the gateway's certificate, never the user's,
 // so its CN is ignored, as etcd does.
-func certUser(ctx context.Context, rev uint64) *Info {
+func certUser(ctx context.Context, rev uint64) Info {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {
-		return nil
+		return Info{}
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return nil
+		return Info{}
 	}
 	for _, chain := range ti.State.VerifiedChains {
 		if len(chain) == 0 {
 			continue
 		}
 		if len(metadata.ValueFromIncomingContext(ctx, "grpcgateway-accept")) > 0 {
-			return nil
+			return Info{}
 		}
-		return &Info{User: chain[0].Subject.CommonName, Revision: rev}
+		return Info{User: chain[0].Subject.CommonName, Revision: rev}
 	}
-	return nil
+	return Info{}
 }
 
 // TokenOf returns the request's token, if it carries one: gRPC metadata

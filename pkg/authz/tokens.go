@@ -14,6 +14,10 @@ type Info struct {
 	Revision uint64
 }
 
+// Anonymous tells whether i is no identity: a real one was established at
+// an auth revision, and revisions start at 1.
+func (i Info) Anonymous() bool { return i.Revision == 0 }
+
 // Tokens mints and resolves the tokens Authenticate hands out: etcd's
 // "simple" (random, kept in memory on every member, expiring after a TTL of
 // disuse) or "jwt" (signed, self-contained) providers.
