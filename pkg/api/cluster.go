@@ -307,7 +307,7 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
 	if r.TargetID == s.Raft.ID() {
-		return &pb.MoveLeaderResponse{Header: s.header(s.Store.Rev())}, nil
+		return &pb.MoveLeaderResponse{}, nil // etcd answers with no header
 	}
 	target, ok := s.Cluster.Member(r.TargetID)
 	if !ok || target.IsLearner {
@@ -321,7 +321,7 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 		}
 		return nil, s.raftErr(ctx, err)
 	}
-	return &pb.MoveLeaderResponse{Header: s.header(s.Store.Rev())}, nil
+	return &pb.MoveLeaderResponse{}, nil // etcd answers with no header
 }
 
 // learnerAllowed is etcd's rule: a learner serves endpoint status and
