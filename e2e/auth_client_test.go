@@ -27,8 +27,14 @@ import (
 
 // authStubs are the raw stubs of one connection to one server.
 type authStubs struct {
-	kv   pb.KVClient
-	auth pb.AuthClient
+	kv      pb.KVClient
+	auth    pb.AuthClient
+	watch   pb.WatchClient
+	lease   pb.LeaseClient
+	maint   pb.MaintenanceClient
+	cluster pb.ClusterClient
+	// memberID is the server's member ID, for requests that name it.
+	memberID uint64
 }
 
 // dialAuthStubs opens a connection of its own to p, closed in t.Cleanup.
@@ -43,16 +49,30 @@ func dialAuthStubs(t *testing.T, p *harness.Process) authStubs {
 		t.Fatalf("%s: dial %s: %v", p.Label(), target, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return authStubs{kv: pb.NewKVClient(conn), auth: pb.NewAuthClient(conn)}
+	return authStubs{
+		kv:      pb.NewKVClient(conn),
+		auth:    pb.NewAuthClient(conn),
+		watch:   pb.NewWatchClient(conn),
+		lease:   pb.NewLeaseClient(conn),
+		maint:   pb.NewMaintenanceClient(conn),
+		cluster: pb.NewClusterClient(conn),
+	}
 }
 
 // tokenCtx carries token the way clientv3 sends it: gRPC metadata "token".
 // An empty token sends none.
 func tokenCtx(ctx context.Context, token string) context.Context {
+	return tokenCtxKey(ctx, rpctypes.TokenFieldNameGRPC, token)
+}
+
+// tokenCtxKey carries token in metadata key key ("token", or
+// "authorization" as grpc-gateway clients send it). An empty token sends
+// none.
+func tokenCtxKey(ctx context.Context, key, token string) context.Context {
 	if token == "" {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, token)
+	return metadata.AppendToOutgoingContext(ctx, key, token)
 }
 
 // waitForReady makes a call wait for the connection (re-established after a

@@ -26,15 +26,21 @@ var (
 	authRolePool = []string{"r0", "r1", "r2", "r3", "root"}
 	// authPermPool are the ranges permissions are granted and revoked on,
 	// over the keys opGen writes: prefixes, single keys, from-key ranges
-	// (end "\x00"), plain ranges, and invalid ones (inverted, empty).
+	// (end "\x00"), plain ranges (overlapping, adjacent, at the ends of
+	// the key space: many shapes of etcd's permission tree), and, from
+	// authValidPerms on, invalid ones (inverted, empty).
 	authPermPool = []struct{ key, end string }{
 		{"a/", "a0"}, {"a/b/", "a/b0"}, {"b/", "b0"}, {"c", "d"},
 		{"a/1", ""}, {"b/3", ""}, {"c2", ""}, {"4", ""},
 		{"c2", "\x00"}, {"b/", "\x00"}, {"\x00", "\x00"},
 		{"a/", "b/"}, {"0", "a/3"},
+		{"a/2", "a/4"}, {"b/1", "b/5"}, {"c0", "c3"}, {"\x00", "a/"},
+		{"\xff", ""}, {"a/b/3", "\x00"}, {"2", "3"},
 		{"b/", "a/"}, {"", ""}, {"c", "c"}, {"", "\x00"},
 	}
 	authRootPasswords = []string{"rootpw", "rootpw2"}
+	// authValidPerms are the valid ranges of authPermPool.
+	authValidPerms    = authPermPool[:20]
 	authUserPasswords = []string{"pw1", "pw2", "pw3"}
 	// authLongPassword is over bcrypt's 72-byte limit.
 	authLongPassword = strings.Repeat("p", 73)
@@ -44,11 +50,53 @@ var (
 type authAction struct {
 	client int
 	req    proto.Message
+	tok    authTokenMode // which token goes with req
+	fixed  string        // the token, for authTokenFixed
+	// watchCompacted marks a watch from a start revision below the
+	// compaction point: the server cancels it after the create response.
+	watchCompacted bool
+	// watchMore are further creates sent on the same watch stream after
+	// req; watchProgress asks for a progress notification once all are
+	// answered.
+	watchMore     []*pb.WatchCreateRequest
+	watchProgress bool
+	// rangeStream sends a RangeRequest as RangeStream.
+	rangeStream bool
+	// selfID sends the request with the member ID of the server it goes
+	// to (AlarmRequest.MemberID, MoveLeaderRequest.TargetID,
+	// MemberPromoteRequest.ID).
+	selfID bool
+}
+
+// kind names a for counts and messages.
+func (a authAction) kind() string {
+	if a.rangeStream {
+		return "RangeStream"
+	}
+	return authKind(a.req)
+}
+
+// extra describes what a sends beyond req.
+func (a authAction) extra() string {
+	var b strings.Builder
+	for _, w := range a.watchMore {
+		fmt.Fprintf(&b, "; then create %v", w)
+	}
+	if a.watchProgress {
+		b.WriteString("; then a progress request")
+	}
+	if a.selfID {
+		b.WriteString("; member ID: the server's own")
+	}
+	return b.String()
 }
 
 // authKind names a request for counts and messages.
 func authKind(req proto.Message) string {
 	name := strings.TrimSuffix(string(req.ProtoReflect().Descriptor().Name()), "Request")
+	if a, ok := req.(*pb.AlarmRequest); ok {
+		return name + " " + a.Action.String()
+	}
 	if name == "Authenticate" {
 		return name
 	}
@@ -58,9 +106,16 @@ func authKind(req proto.Message) string {
 // authReadOnly reports whether req can change no state, on the servers or
 // in the test's clients.
 func authReadOnly(req proto.Message) bool {
-	switch req.(type) {
+	switch r := req.(type) {
 	case *pb.RangeRequest, *pb.AuthUserGetRequest, *pb.AuthUserListRequest,
-		*pb.AuthRoleGetRequest, *pb.AuthRoleListRequest, *pb.AuthStatusRequest:
+		*pb.AuthRoleGetRequest, *pb.AuthRoleListRequest, *pb.AuthStatusRequest,
+		*pb.WatchCreateRequest, *pb.LeaseTimeToLiveRequest, *pb.LeaseLeasesRequest,
+		*pb.StatusRequest, *pb.HashRequest, *pb.HashKVRequest, *pb.DefragmentRequest,
+		*pb.MemberListRequest:
+		return true
+	case *pb.AlarmRequest:
+		return r.Action == pb.AlarmRequest_GET
+	case *pb.SnapshotRequest:
 		return true
 	}
 	return false
@@ -180,6 +235,10 @@ func (g *authGen) finale() []authAction {
 	for _, r := range authRolePool {
 		reqs = append(reqs, &pb.AuthRoleGetRequest{Role: r})
 	}
+	reqs = append(reqs, &pb.LeaseLeasesRequest{}, &pb.StatusRequest{}, &pb.AlarmRequest{})
+	for _, id := range authLeaseIDs {
+		reqs = append(reqs, &pb.LeaseTimeToLiveRequest{ID: id, Keys: true})
+	}
 	out := make([]authAction, len(reqs))
 	for i, r := range reqs {
 		out[i] = authAction{client: authRootClient, req: r}
@@ -188,17 +247,28 @@ func (g *authGen) finale() []authAction {
 }
 
 func (g *authGen) next() authAction {
+	var a authAction
 	switch n := g.intn(100); {
-	case n < 36:
-		return g.admin()
-	case n < 40:
+	case n < 30:
+		a = g.admin()
+	case n < 33:
 		// A user logs in again though its token is good, now and then
 		// with a wrong password.
 		c := g.intn(authAnonClient)
-		return authAction{client: c, req: g.authenticate(authClientNames[c])}
+		a = authAction{client: c, req: g.authenticate(authClientNames[c])}
+	case n < 70:
+		a = g.kvAction()
+	case n < 79:
+		a = g.watchAction()
+	case n < 91:
+		a = g.leaseAction()
 	default:
-		return g.kvAction()
+		a = g.maintAction()
 	}
+	if g.chance(0.05) {
+		g.overrideToken(&a)
+	}
+	return a
 }
 
 // authenticate is an Authenticate request for user, with the password it
@@ -314,9 +384,13 @@ func (g *authGen) kvAction() authAction {
 		client = authAnonClient
 	}
 	var req proto.Message
+	a := authAction{client: client}
 	switch n := g.intn(100); {
-	case n < 35:
+	case n < 30:
 		req = g.kv.rangeReq(false)
+	case n < 35:
+		req = g.kv.rangeReq(true)
+		a.rangeStream = true
 	case n < 63:
 		req = g.kv.putReq()
 	case n < 76:
@@ -330,7 +404,27 @@ func (g *authGen) kvAction() authAction {
 	default:
 		req = &pb.CompactionRequest{Revision: max(1, g.kv.compacted-1) + int64(g.intn(int(g.kv.rev-g.kv.compacted)+3))}
 	}
-	return authAction{client: client, req: req}
+	// Now and then the puts name one of the sequence's leases.
+	if g.chance(0.15) {
+		set := func(p *pb.PutRequest) {
+			if !p.IgnoreLease && g.chance(0.5) {
+				p.Lease = pick(g, authLeaseIDs)
+			}
+		}
+		switch r := req.(type) {
+		case *pb.PutRequest:
+			set(r)
+		case *pb.TxnRequest:
+			txnHas(r, func(op *pb.RequestOp) bool {
+				if p := op.GetRequestPut(); p != nil {
+					set(p)
+				}
+				return false
+			})
+		}
+	}
+	a.req = req
+	return a
 }
 
 // observe learns from the reference's answer to req.
@@ -359,7 +453,10 @@ func (g *authGen) observe(req, resp proto.Message, err error) {
 		delete(g.noPassword, r.Name)
 	case *pb.CompactionRequest:
 		g.kv.observe(&kvOp{compact: r}, resp, nil)
-	case *pb.RangeRequest, *pb.PutRequest, *pb.DeleteRangeRequest, *pb.TxnRequest:
-		g.kv.observe(&kvOp{}, resp, nil)
+	}
+	// Any answer's header carries the store's revision (LeaseRevoke
+	// deletes keys, Put attaches them to leases).
+	if h, ok := resp.(interface{ GetHeader() *pb.ResponseHeader }); ok && h.GetHeader() != nil {
+		g.kv.rev = max(g.kv.rev, h.GetHeader().Revision)
 	}
 }
