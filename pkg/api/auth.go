@@ -222,7 +222,7 @@ func (s *Server) caller(ctx context.Context) (authz.Info, error) {
 	// etcd does, rather than call a fresh token invalid.
 	tok, hasToken := authz.TokenOf(ctx)
 	if hasToken {
-		if idx, ok := authz.SimpleTokenIndex(tok); ok && idx > s.Applied.Index() {
+		if idx, ok := authz.SimpleTokenIndex(tok); ok && s.Auth.SimpleTokens() && idx > s.Applied.Index() {
 			wctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 			err := s.Applied.Wait(wctx, idx)
 			cancel()
@@ -411,9 +411,8 @@ func (s *Server) checkMethod(ctx context.Context, method string, req any) error 
 }
 
 // watchPermitted is etcd's check of a watch create: read permission on its
-// range, with the key and range_end as etcd's watch server normalizes them
-// (an empty key is "\x00"; a "\x00" range_end, from the key on, is checked
-// as the key alone, as etcd v3.7.3 does).
+// range, as a Range of the same key and range_end is checked (an empty key
+// is "\x00", as etcd's watch server makes it).
 func (s *Server) watchPermitted(ctx context.Context, r *pb.WatchCreateRequest) error {
 	if s.Auth == nil || !s.Auth.Enabled() {
 		return nil
@@ -422,14 +421,11 @@ func (s *Server) watchPermitted(ctx context.Context, r *pb.WatchCreateRequest) e
 	if err != nil {
 		return err
 	}
-	key, end := r.Key, r.RangeEnd
+	key := r.Key
 	if len(key) == 0 {
 		key = []byte{0}
 	}
-	if len(end) == 1 && end[0] == 0 {
-		end = nil
-	}
-	return s.Auth.CheckRead(who, key, end)
+	return s.Auth.CheckRead(who, key, r.RangeEnd)
 }
 
 // watchRefusal is the cancel reason of a refused watch create: the four

@@ -153,6 +153,10 @@ func (p *precheck) rangeReq(req *pb.RangeRequest) error {
 }
 
 func (p *precheck) put(req *pb.PutRequest) error {
+	// A missing lease is found before a missing key, as etcd's apply does.
+	if req.Lease != 0 && (p.leaseExists == nil || !p.leaseExists(req.Lease)) {
+		return rpctypes.ErrGRPCLeaseNotFound
+	}
 	if req.IgnoreValue || req.IgnoreLease {
 		exists, err := p.exists(req.Key)
 		if err != nil {
@@ -161,9 +165,6 @@ func (p *precheck) put(req *pb.PutRequest) error {
 		if !exists {
 			return rpctypes.ErrGRPCKeyNotFound
 		}
-	}
-	if req.Lease != 0 && (p.leaseExists == nil || !p.leaseExists(req.Lease)) {
-		return rpctypes.ErrGRPCLeaseNotFound
 	}
 	p.seq++
 	if p.puts == nil {

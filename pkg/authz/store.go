@@ -141,6 +141,13 @@ func (s *Store) Revision() uint64 { return s.cur.Load().rev }
 // Tokens is the token provider.
 func (s *Store) Tokens() Tokens { return s.tokens }
 
+// SimpleTokens tells whether tokens are etcd's simple ones, which a member
+// knows only once the Authenticate entry that minted them is applied.
+func (s *Store) SimpleTokens() bool {
+	_, ok := s.tokens.(*simpleTokens)
+	return ok
+}
+
 // User returns a copy of a user record, or nil.
 func (s *Store) User(name string) *authpb.User {
 	u := s.cur.Load().users[name]
