@@ -12,10 +12,6 @@ import "bytes"
 // shape (same insertion order, same balancing, same subtree maxima) so kvd
 // answers those requests as etcd v3.7.3 does; nothing else uses it.
 
-// affineCmp orders interval bounds with the empty bound as +infinity, as
-// etcd's byte intervals do for both begin and end.
-func affineCmp(a, b []byte) int { return endCmp(a, b) }
-
 type ivNode struct {
 	begin, end, max     []byte
 	red                 bool

@@ -13,8 +13,9 @@ import (
 // (from the key on) maps to it.
 type span struct{ begin, end []byte }
 
-// endLess orders ends with the empty end as +infinity.
-func endCmp(a, b []byte) int {
+// affineCmp orders interval bounds with the empty bound as +infinity, as
+// etcd's byte intervals do for both begin and end.
+func affineCmp(a, b []byte) int {
 	switch {
 	case len(a) == 0 && len(b) == 0:
 		return 0
@@ -44,8 +45,8 @@ func newSpanSet(spans []span) spanSet {
 		last := &out[len(out)-1]
 		// Overlapping or adjacent spans merge: together they cover the
 		// union, as etcd's interval tree Contains treats them.
-		if endCmp(last.end, s.begin) >= 0 {
-			if endCmp(s.end, last.end) > 0 {
+		if affineCmp(last.end, s.begin) >= 0 {
+			if affineCmp(s.end, last.end) > 0 {
 				last.end = s.end
 			}
 			continue
@@ -70,16 +71,16 @@ func (ss spanSet) covers(begin, end []byte) bool {
 		return false
 	}
 	s := ss[i]
-	if endCmp(s.end, begin) <= 0 {
+	if affineCmp(s.end, begin) <= 0 {
 		return false
 	}
-	return endCmp(s.end, end) >= 0
+	return affineCmp(s.end, end) >= 0
 }
 
 // has tells whether key is inside the union.
 func (ss spanSet) has(key []byte) bool {
 	i := sort.Search(len(ss), func(i int) bool { return bytes.Compare(ss[i].begin, key) > 0 }) - 1
-	return i >= 0 && endCmp(ss[i].end, key) > 0
+	return i >= 0 && affineCmp(ss[i].end, key) > 0
 }
 
 // userPerms are one user's merged read and write permissions.
