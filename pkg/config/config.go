@@ -134,6 +134,10 @@ type Config struct {
 	AuthToken    string `yaml:"auth-token"`
 	AuthTokenTTL uint   `yaml:"auth-token-ttl"`
 	BcryptCost   uint   `yaml:"bcrypt-cost"`
+	// AuthPlugins are out-of-process authenticators and authorizers. A list
+	// of them cannot be spelled as a flag, so this is a file key only.
+	// Complete fills each plugin's defaults.
+	AuthPlugins []AuthPlugin `yaml:"auth-plugins"`
 
 	ClientTLS TLS `yaml:"client-transport-security"`
 	PeerTLS   TLS `yaml:"peer-transport-security"`
@@ -188,6 +192,71 @@ type TLS struct {
 func (t TLS) Empty() bool {
 	return t.CertFile == "" && t.KeyFile == "" && t.ClientCertFile == "" && t.ClientKeyFile == "" &&
 		!t.ClientCertAuth && t.TrustedCAFile == "" && !t.AutoTLS && len(t.AllowedCNs) == 0 && len(t.AllowedHostnames) == 0
+}
+
+// Auth plugin kinds: which of the plugin protocol's services kvd calls.
+const (
+	AuthPluginAuthenticator = "authenticator"
+	AuthPluginAuthorizer    = "authorizer"
+)
+
+// Auth plugin on-failure values: what a call gets while its plugin is down or
+// too slow to answer.
+const (
+	OnFailureDeny = "deny"
+	OnFailureSkip = "skip"
+)
+
+// Auth plugin defaults, applied by Complete.
+const (
+	DefaultAuthPluginTimeout  = Duration(500 * time.Millisecond)
+	DefaultAuthPluginCacheTTL = Duration(5 * time.Second)
+)
+
+// AuthPlugin is one entry of the auth-plugins list: a process kvd starts and
+// calls over the plugin protocol (pkg/pluginsdk).
+type AuthPlugin struct {
+	// Name tells plugins apart in logs, metrics and errors, so it must be
+	// unique.
+	Name string `yaml:"name"`
+	// Kind is "authenticator" or "authorizer"; it picks the protocol service
+	// kvd expects the process to serve.
+	Kind string `yaml:"kind"`
+	// Command is run as given, without a shell; whether it exists is checked
+	// when the plugin starts, not when the file is loaded.
+	Command string `yaml:"command"`
+	// Args are passed as they are, so values need no shell quoting.
+	Args []string `yaml:"args"`
+	// Env is added to kvd's own environment for the plugin process, to pass
+	// settings and secrets without putting them on its command line.
+	Env map[string]string `yaml:"env"`
+	// Timeout bounds each call, so a stuck plugin cannot stall requests;
+	// 0 or absent means DefaultAuthPluginTimeout.
+	Timeout Duration `yaml:"timeout"`
+	// OnFailure is "deny" (the default: fail closed) or "skip" (go on as if
+	// the plugin had no opinion): what a call gets while the plugin is down
+	// or slower than Timeout.
+	OnFailure string `yaml:"on-failure"`
+	// CacheTTL spares the plugin a call for a repeated request: an allow
+	// (authorizer) or an accepted token (authenticator) is reused this long.
+	// A pointer, so that an explicit 0 (no caching) differs from absent
+	// (DefaultAuthPluginCacheTTL).
+	CacheTTL *Duration `yaml:"cache-ttl"`
+}
+
+// withDefaults returns p with its absent fields set to their defaults.
+func (p AuthPlugin) withDefaults() AuthPlugin {
+	if p.Timeout == 0 {
+		p.Timeout = DefaultAuthPluginTimeout
+	}
+	if p.OnFailure == "" {
+		p.OnFailure = OnFailureDeny
+	}
+	if p.CacheTTL == nil {
+		ttl := DefaultAuthPluginCacheTTL
+		p.CacheTTL = &ttl
+	}
+	return p
 }
 
 // Backend chooses the storage engine and carries each engine's options. Only
@@ -314,6 +383,9 @@ func (c *Config) Complete() {
 	}
 	if c.ExperimentalInitialCorruptCheck {
 		c.InitialCorruptCheck = true
+	}
+	for i := range c.AuthPlugins {
+		c.AuthPlugins[i] = c.AuthPlugins[i].withDefaults()
 	}
 }
 

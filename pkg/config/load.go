@@ -99,8 +99,14 @@ func decodeStruct(n *yaml.Node, v reflect.Value, prefix string) error {
 			continue
 		}
 		f := v.Field(idx)
-		if f.Kind() == reflect.Struct && !reflect.PointerTo(f.Type()).Implements(unmarshalerType) {
+		if isPlainStruct(f.Type()) {
 			if err := decodeStruct(vn, f, key+"."); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if f.Kind() == reflect.Slice && isPlainStruct(f.Type().Elem()) {
+			if err := decodeStructList(vn, f, key); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -110,6 +116,34 @@ func decodeStruct(n *yaml.Node, v reflect.Value, prefix string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isPlainStruct reports whether t is a struct that decodeStruct walks key by
+// key, rather than one that decodes itself.
+func isPlainStruct(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(unmarshalerType)
+}
+
+// decodeStructList decodes a list of mappings into a slice of structs, each
+// element as strictly as a section ("auth-plugins[0].command"). The list
+// replaces f's value, and only when every element decoded.
+func decodeStructList(n *yaml.Node, f reflect.Value, key string) error {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: %s: want a list of mappings, got %s", n.Line, key, describe(n))
+	}
+	s := reflect.MakeSlice(f.Type(), len(n.Content), len(n.Content))
+	var errs []error
+	for i, en := range n.Content {
+		if err := decodeStruct(en, s.Index(i), fmt.Sprintf("%s[%d].", key, i)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	f.Set(s)
+	return nil
 }
 
 // decodeValue decodes a leaf into a fresh value and stores it only on success,
@@ -145,6 +179,11 @@ func describe(n *yaml.Node) string {
 		return "a mapping"
 	case yaml.SequenceNode:
 		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "an empty value"
+		}
+		return fmt.Sprintf("%q", n.Value)
 	default:
 		return fmt.Sprintf("%q", n.Value)
 	}

@@ -16,6 +16,8 @@ const maxElectionTimeout = 50000
 // are validated as Complete would fill them; c itself is not changed.
 func (c *Config) Validate() error {
 	v := *c
+	// Complete sets plugin defaults in place: give it a copy of the list.
+	v.AuthPlugins = slices.Clone(c.AuthPlugins)
 	v.Complete()
 	var errs []error
 	add := func(key, format string, args ...any) {
@@ -140,6 +142,8 @@ func (c *Config) Validate() error {
 		add("bcrypt-cost", "%d is outside [4, 31]", v.BcryptCost)
 	}
 
+	errs = append(errs, validateAuthPlugins(v.AuthPlugins)...)
+
 	if !slices.Contains([]string{"debug", "info", "warn", "error", "dpanic", "panic", "fatal"}, v.LogLevel) {
 		add("log-level", "%q is not debug, info, warn, error, panic or fatal", v.LogLevel)
 	}
@@ -205,6 +209,63 @@ func (t Tracing) validate() []error {
 		u, err := url.Parse(t.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("endpoint", "invalid URL %q: want http://host:port or https://host:port", t.Endpoint)
+		}
+	}
+	return errs
+}
+
+// validateAuthPlugins checks the auth-plugins list once Complete has filled
+// its defaults. Each error names the plugin by index and, when it has one, by
+// name. Whether the command exists is left to the plugin host, which says so
+// when it starts the plugin.
+func validateAuthPlugins(ps []AuthPlugin) []error {
+	var errs []error
+	first := make(map[string]int, len(ps))
+	for i, p := range ps {
+		who := fmt.Sprintf("auth-plugins[%d]", i)
+		if p.Name != "" {
+			who += fmt.Sprintf(" %q", p.Name)
+		}
+		add := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%s: %s", who, fmt.Sprintf(format, args...)))
+		}
+		if p.Name == "" {
+			add("name: must not be empty")
+		} else if j, dup := first[p.Name]; dup {
+			add("name: duplicate, auth-plugins[%d] has it too", j)
+		} else {
+			first[p.Name] = i
+		}
+		switch p.Kind {
+		case AuthPluginAuthenticator, AuthPluginAuthorizer:
+		case "":
+			add("kind: missing: want %s or %s", AuthPluginAuthenticator, AuthPluginAuthorizer)
+		default:
+			add("kind %q: want %s or %s", p.Kind, AuthPluginAuthenticator, AuthPluginAuthorizer)
+		}
+		if p.Command == "" {
+			add("command: must not be empty")
+		}
+		if p.Timeout <= 0 {
+			add("timeout %s: must be positive", p.Timeout)
+		}
+		if p.OnFailure != OnFailureDeny && p.OnFailure != OnFailureSkip {
+			add("on-failure %q: want %s or %s", p.OnFailure, OnFailureDeny, OnFailureSkip)
+		}
+		if p.CacheTTL != nil && *p.CacheTTL < 0 {
+			add("cache-ttl %s: must not be negative (0 disables caching)", *p.CacheTTL)
+		}
+		keys := make([]string, 0, len(p.Env))
+		for k := range p.Env {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if k == "" {
+				add("env: empty variable name")
+			} else if strings.Contains(k, "=") {
+				add("env %q: a variable name must not contain '='", k)
+			}
 		}
 	}
 	return errs
