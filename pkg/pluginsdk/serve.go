@@ -67,11 +67,13 @@ type Authorizer interface {
 	Authorize(ctx context.Context, r Request) error
 }
 
+// logger writes JSON lines to the process's real stderr, which kvd reads.
+// It is made at init: go-plugin's Serve later points os.Stderr elsewhere.
+var logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Debug})
+
 // Logger is the plugin's logger: its lines reach kvd's log under the
 // plugin's name, at their level.
-func Logger() hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Debug})
-}
+func Logger() hclog.Logger { return logger }
 
 // ServeAuthenticator serves a as the plugin's authenticator; it returns when
 // kvd stops the plugin.
@@ -90,7 +92,7 @@ func serve(kind string, p plugin.Plugin) {
 		HandshakeConfig: Handshake,
 		Plugins:         plugin.PluginSet{kind: p},
 		GRPCServer:      plugin.DefaultGRPCServer,
-		Logger:          Logger(),
+		Logger:          logger,
 	})
 }
 

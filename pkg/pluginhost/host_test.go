@@ -1,0 +1,245 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+var testPlugin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pluginhost")
+	if err != nil {
+		panic(err)
+	}
+	testPlugin = filepath.Join(dir, "testplugin")
+	out, err := exec.Command("go", "build", "-o", testPlugin, "./internal/testplugin").CombinedOutput()
+	if err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func spec(name, kind string, args ...string) Spec {
+	return Spec{Name: name, Kind: kind, Command: testPlugin, Args: append([]string{"--kind", kind}, args...),
+		Timeout: 2 * time.Second, OnFailure: OnFailureDeny, CacheTTL: time.Minute}
+}
+
+func start(t *testing.T, specs ...Spec) (*Host, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	h, err := Start(specs, Options{Logger: zaptest.NewLogger(t), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h, reg
+}
+
+func calls(h *Host, name, kind, result string) float64 {
+	return testutil.ToFloat64(h.m.calls.WithLabelValues(name, kind, result))
+}
+
+func TestPasswordDecisions(t *testing.T) {
+	h, _ := start(t,
+		spec("first", "authenticator", "--users", "alice:pw:dev+ops"),
+		spec("second", "authenticator", "--users", "bob:pw2:"))
+	ctx := context.Background()
+
+	id, ok, err := h.Password(ctx, "alice", "pw")
+	if err != nil || !ok || id.User != "alice" || strings.Join(id.Groups, ",") != "dev,ops" || id.Plugin != "first" {
+		t.Fatalf("alice: %+v %v %v", id, ok, err)
+	}
+	// The first plugin abstains on bob; the second accepts him.
+	id, ok, err = h.Password(ctx, "bob", "pw2")
+	if err != nil || !ok || id.Plugin != "second" {
+		t.Fatalf("bob: %+v %v %v", id, ok, err)
+	}
+	// A rejection stops the search: etcd's "authentication failed".
+	if _, _, err = h.Password(ctx, "alice", "nope"); !errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+		t.Fatalf("wrong password: %v", err)
+	}
+	// Nobody's user: not ok, no error (kvd's own users decide).
+	if _, ok, err = h.Password(ctx, "carol", "x"); ok || err != nil {
+		t.Fatalf("unknown user: %v %v", ok, err)
+	}
+}
+
+func TestTokenCache(t *testing.T) {
+	h, _ := start(t, spec("sso", "authenticator", "--users", "alice:pw:dev"))
+	ctx := context.Background()
+	for range 5 {
+		id, ok, err := h.Token(ctx, "tok-alice")
+		if err != nil || !ok || id.User != "alice" {
+			t.Fatalf("token: %+v %v %v", id, ok, err)
+		}
+	}
+	if n := calls(h, "sso", "authenticator", "accept"); n != 1 {
+		t.Fatalf("plugin asked %v times for one token, want 1 (cached)", n)
+	}
+	if _, ok, err := h.Token(ctx, "someone-elses"); ok || err != nil {
+		t.Fatalf("foreign token: %v %v", ok, err)
+	}
+}
+
+func TestAuthorizeDenyAndCache(t *testing.T) {
+	h, _ := start(t, spec("fence", "authorizer", "--deny", "/secret/"))
+	ctx := context.Background()
+	who := Caller{User: "alice", Roles: []string{"dev"}}
+	ok := []Access{{Key: []byte("/app/x")}, {Write: true, Key: []byte("/app/"), RangeEnd: []byte("/app0")}}
+	for range 3 {
+		if err := h.Authorize(ctx, who, "/etcdserverpb.KV/Txn", ok, 7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls(h, "fence", "authorizer", "allow"); n != 1 {
+		t.Fatalf("allow calls = %v, want 1 (cached)", n)
+	}
+	// A new auth revision drops the cache.
+	if err := h.Authorize(ctx, who, "/etcdserverpb.KV/Txn", ok, 8); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls(h, "fence", "authorizer", "allow"); n != 2 {
+		t.Fatalf("allow calls after revision change = %v, want 2", n)
+	}
+	err := h.Authorize(ctx, who, "/etcdserverpb.KV/Range", []Access{{Key: []byte("/secret/k")}}, 8)
+	if !errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+		t.Fatalf("deny: %v", err)
+	}
+	// Denials are never cached.
+	_ = h.Authorize(ctx, who, "/etcdserverpb.KV/Range", []Access{{Key: []byte("/secret/k")}}, 8)
+	if n := calls(h, "fence", "authorizer", "deny"); n != 2 {
+		t.Fatalf("deny calls = %v, want 2", n)
+	}
+}
+
+func TestGarbageIsDenied(t *testing.T) {
+	h, _ := start(t,
+		spec("junk-authn", "authenticator", "--garbage"),
+		spec("junk-authz", "authorizer", "--garbage"))
+	ctx := context.Background()
+	if _, _, err := h.Password(ctx, "alice", "pw"); !errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+		t.Fatalf("unspecified decision: %v", err)
+	}
+	if _, _, err := h.Token(ctx, "t"); !errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) {
+		t.Fatalf("unspecified decision on a token: %v", err)
+	}
+	if err := h.Authorize(ctx, Caller{User: "a"}, "m", []Access{{Key: []byte("k")}}, 1); !errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+		t.Fatalf("unspecified verdict: %v", err)
+	}
+	h2, _ := start(t, spec("empty", "authenticator", "--empty-identity"))
+	if _, ok, err := h2.Password(ctx, "alice", "pw"); ok || !errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+		t.Fatalf("empty identity: %v %v", ok, err)
+	}
+}
+
+func TestHangTimesOut(t *testing.T) {
+	hang := filepath.Join(t.TempDir(), "hang")
+	s := spec("slow", "authorizer", "--hang-file", hang)
+	s.Timeout = 150 * time.Millisecond
+	skip := spec("slow-skip", "authenticator", "--hang-file", hang, "--users", "alice:pw:")
+	skip.Timeout, skip.OnFailure = 150*time.Millisecond, OnFailureSkip
+	h, _ := start(t, s, skip)
+	if err := os.WriteFile(hang, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	err := h.Authorize(ctx, Caller{User: "a"}, "m", []Access{{Key: []byte("k")}}, 1)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `auth plugin "slow"`) || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("hang under deny: %v", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("a hanging plugin held the call %v", d)
+	}
+	// on-failure: skip makes the authenticator step aside.
+	if _, ok, err := h.Password(ctx, "alice", "pw"); ok || err != nil {
+		t.Fatalf("hang under skip: %v %v", ok, err)
+	}
+	if err := os.Remove(hang); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Authorize(ctx, Caller{User: "a"}, "m", []Access{{Key: []byte("k")}}, 1); err != nil {
+		t.Fatalf("after the hang ended: %v", err)
+	}
+}
+
+func TestCrashRestarts(t *testing.T) {
+	exit := filepath.Join(t.TempDir(), "exit")
+	h, reg := start(t, spec("fragile", "authenticator", "--exit-file", exit, "--users", "alice:pw:"))
+	ctx := context.Background()
+	if _, ok, err := h.Password(ctx, "alice", "pw"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := os.WriteFile(exit, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := h.Password(ctx, "alice", "pw")
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), `auth plugin "fragile"`) {
+		t.Fatalf("call that crashed the plugin: %v", err)
+	}
+	if err := os.Remove(exit); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, ok, err := h.Password(ctx, "alice", "pw")
+		if ok && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plugin not back after a crash: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := testutil.ToFloat64(h.m.restarts.WithLabelValues("fragile")); n < 1 {
+		t.Fatalf("restarts = %v", n)
+	}
+	if n, err := testutil.GatherAndCount(reg, "kvd_auth_plugin_up"); err != nil || n != 1 {
+		t.Fatalf("up gauge: %d %v", n, err)
+	}
+}
+
+func TestStartRefusesBadPlugins(t *testing.T) {
+	notExec := filepath.Join(t.TempDir(), "plain-file")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    Spec
+		want string
+	}{
+		{"missing", Spec{Name: "gone", Kind: "authenticator", Command: "/nonexistent/kvd-plugin", Timeout: time.Second, OnFailure: OnFailureDeny}, "/nonexistent/kvd-plugin"},
+		{"not executable", Spec{Name: "plain", Kind: "authenticator", Command: notExec, Timeout: time.Second, OnFailure: OnFailureDeny}, "permission denied"},
+		{"wrong version", spec("v2", "authenticator", "--protocol-version", "2"), "Plugin version: 2"},
+		{"wrong kind", func() Spec { s := spec("mixed", "authorizer"); s.Args = []string{"--kind", "authenticator"}; return s }(), "does not serve the authorizer service"},
+		{"not a plugin", Spec{Name: "true", Kind: "authorizer", Command: "true", Timeout: time.Second, OnFailure: OnFailureDeny}, "handshake"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := Start([]Spec{tc.s}, Options{Logger: zaptest.NewLogger(t)})
+			if err == nil {
+				h.Close()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), `auth plugin "`+tc.s.Name+`"`) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not name the plugin and %q", err, tc.want)
+			}
+		})
+	}
+}
