@@ -32,6 +32,9 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "plugins" {
+		return runPlugins(args[1:], os.Stdout, os.Stderr)
+	}
 	cfg, err := config.Parse(args)
 	switch {
 	case errors.Is(err, config.ErrVersion):

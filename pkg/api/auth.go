@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvd-dev/kvd/pkg/authz"
+	"github.com/kvd-dev/kvd/pkg/pluginhost"
 )
 
 // authServer is the Auth service. Every call goes through raft (etcd's
@@ -78,6 +79,15 @@ func (a *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
 	}
+	if s.Plugins.HasAuthenticators() && s.Auth.Enabled() {
+		id, ok, err := s.Plugins.Password(ctx, r.Name, r.Password)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return a.authenticateExternal(ctx, id)
+		}
+	}
 	for {
 		checked, err := a.checkPassword(ctx, r.Name, r.Password)
 		if err != nil {
@@ -98,6 +108,23 @@ func (a *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 		}
 		s.Logger.Info("auth store changed while a password was checked; checking again")
 	}
+}
+
+// authenticateExternal mints a token for a user an authenticator plugin
+// vouched for: the entry's header carries the plugin's name and the user's
+// groups (its roles), so every member's token resolves to the same
+// identity without asking a plugin.
+func (a *authServer) authenticateExternal(ctx context.Context, id pluginhost.Identity) (*pb.AuthenticateResponse, error) {
+	prefix, err := a.s.Auth.Tokens().Prefix()
+	if err != nil {
+		return nil, err
+	}
+	hdr := &pb.RequestHeader{}
+	authz.StampHeader(hdr, authz.Info{User: id.User, Via: id.Plugin, Roles: id.Groups})
+	return authCall[*pb.AuthenticateResponse](ctx, a.s, &pb.InternalRaftRequest{
+		Header:       hdr,
+		Authenticate: &pb.InternalAuthenticateRequest{Name: id.User, SimpleToken: prefix},
+	})
 }
 
 // checkPassword returns the auth revision the password was checked at.
@@ -425,7 +452,10 @@ func (s *Server) watchPermitted(ctx context.Context, r *pb.WatchCreateRequest) e
 	if len(key) == 0 {
 		key = []byte{0}
 	}
-	return s.Auth.CheckRead(who, key, r.RangeEnd)
+	if err := s.Auth.CheckRead(who, key, r.RangeEnd); err != nil {
+		return err
+	}
+	return s.authorize(ctx, methodWatch, watchAccesses(r))
 }
 
 // watchRefusal is the cancel reason of a refused watch create: the four

@@ -37,6 +37,9 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, methodRange, rangeAccesses(r)); err != nil {
+		return nil, err
+	}
 	rv := s.Store.Read()
 	resp, err := apply.Range(rv, r)
 	rv.End()
@@ -57,6 +60,9 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := checkPut(r); err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, methodPut, putAccesses(r)); err != nil {
+		return nil, err
+	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Put: r})
 	if err != nil {
 		return nil, err
@@ -74,6 +80,9 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	ctx, span := s.span(ctx, "kv.DeleteRange")
 	defer span.End()
 	if err := checkDelete(r); err != nil {
+		return nil, err
+	}
+	if err := s.authorize(ctx, methodDeleteRange, deleteAccesses(r)); err != nil {
 		return nil, err
 	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{DeleteRange: r})
@@ -105,6 +114,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		if err != nil {
 			return nil, err
 		}
+		if err := s.authorize(ctx, methodTxn, txnAccesses(r)); err != nil {
+			return nil, err
+		}
 		rv := s.Store.Read()
 		resp, err := apply.ReadOnlyTxn(rv, s.Store.CompactRev(), r)
 		rv.End()
@@ -116,6 +128,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		}
 		s.fill(resp.Header)
 		return resp, nil
+	}
+	if err := s.authorize(ctx, methodTxn, txnAccesses(r)); err != nil {
+		return nil, err
 	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Txn: r})
 	if err != nil {
@@ -177,6 +192,9 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 		}
 	}
 	if _, err := s.readCheck(ctx, func(who authz.Info) error { return s.Auth.CheckRead(who, r.Key, r.RangeEnd) }); err != nil {
+		return err
+	}
+	if err := s.authorize(ctx, methodRangeStream, rangeAccesses(r)); err != nil {
 		return err
 	}
 	// Each chunk is a Range of its own (same sort and limit rules, so a

@@ -25,6 +25,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/pluginhost"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
 
@@ -78,6 +79,9 @@ type Deps struct {
 	WatchHub *watchhub.Hub
 	// Auth, if set, serves the Auth service and checks callers.
 	Auth *authz.Store
+	// Plugins are the auth plugins (authenticators asked in Authenticate,
+	// authorizers before a KV request is proposed or read); nil: none.
+	Plugins *pluginhost.Host
 	// LeaderCreds chooses the credentials to reach another member's client
 	// URL (lease and promote calls only the leader answers); nil: no TLS.
 	LeaderCreds func(url string) (credentials.TransportCredentials, error)
@@ -159,17 +163,23 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 // propose sends req through raft and waits for its applied result.
 func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
 	id := s.ids.next()
-	req.Header = &pb.RequestHeader{ID: id}
 	// Who is calling travels in the entry: the applier checks it there.
 	// Authenticate ignores any token, as etcd's: clients send their old,
-	// perhaps dead, token along when they log in again.
-	if req.Authenticate == nil {
+	// perhaps dead, token along when they log in again; its header is the
+	// identity an authenticator plugin vouched for, if one did.
+	switch {
+	case req.Authenticate != nil && req.Header != nil:
+		req.Header.ID = id
+	case req.Authenticate != nil:
+		req.Header = &pb.RequestHeader{ID: id}
+	default:
+		req.Header = &pb.RequestHeader{ID: id}
 		who, err := s.caller(ctx)
 		if err != nil {
 			return apply.Result{}, err
 		}
 		if !who.Anonymous() {
-			req.Header.Username, req.Header.AuthRevision = who.User, who.Revision
+			authz.StampHeader(req.Header, who)
 		}
 	}
 	data, err := proto.Marshal(req)

@@ -13,7 +13,7 @@ import (
 
 func callerOf(req *pb.InternalRaftRequest) authz.Info {
 	h := req.GetHeader()
-	return authz.Info{User: h.GetUsername(), Revision: h.GetAuthRevision()}
+	return authz.CallerOf(h)
 }
 
 // applyAuth applies an Auth service request.

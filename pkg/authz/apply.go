@@ -56,7 +56,7 @@ func needsAdmin(r *pb.InternalRaftRequest) bool {
 // Apply applies an Auth request committed at raft index, as the caller in
 // its header; hdr becomes the response's header. Changes are staged in w.
 func (s *Store) Apply(w Writer, r *pb.InternalRaftRequest, index uint64, hdr *pb.ResponseHeader) (proto.Message, error) {
-	caller := Info{User: r.GetHeader().GetUsername(), Revision: r.GetHeader().GetAuthRevision()}
+	caller := CallerOf(r.GetHeader())
 	if needsAdmin(r) {
 		if err := s.CheckAdmin(caller); err != nil {
 			return nil, err
@@ -82,7 +82,7 @@ func (s *Store) Apply(w Writer, r *pb.InternalRaftRequest, index uint64, hdr *pb
 	case r.AuthStatus != nil:
 		return &pb.AuthStatusResponse{Header: hdr, Enabled: old.enabled, AuthRevision: old.rev}, nil
 	case r.Authenticate != nil:
-		return s.authenticate(r.Authenticate, index, hdr)
+		return s.authenticate(r.Authenticate, CallerOf(r.GetHeader()), index, hdr)
 	case r.AuthUserAdd != nil:
 		return &pb.AuthUserAddResponse{Header: hdr}, s.userAdd(w, old, r.AuthUserAdd)
 	case r.AuthUserDelete != nil:
@@ -109,7 +109,7 @@ func (s *Store) Apply(w Writer, r *pb.InternalRaftRequest, index uint64, hdr *pb
 	case r.AuthRoleDelete != nil:
 		return &pb.AuthRoleDeleteResponse{Header: hdr}, s.roleDelete(w, old, r.AuthRoleDelete.Role)
 	case r.AuthRoleGet != nil:
-		if err := s.CheckAdmin(caller); err != nil && !s.HasRole(caller.User, r.AuthRoleGet.Role) {
+		if err := s.CheckAdmin(caller); err != nil && !s.HoldsRole(caller, r.AuthRoleGet.Role) {
 			return nil, err
 		}
 		role := old.roles[r.AuthRoleGet.Role]
@@ -160,19 +160,23 @@ func (s *Store) enable(w Writer, old *state) error {
 	return nil
 }
 
-func (s *Store) authenticate(r *pb.InternalAuthenticateRequest, index uint64, hdr *pb.ResponseHeader) (proto.Message, error) {
+func (s *Store) authenticate(r *pb.InternalAuthenticateRequest, caller Info, index uint64, hdr *pb.ResponseHeader) (proto.Message, error) {
 	st := s.cur.Load()
 	if !st.enabled {
 		return nil, rpctypes.ErrGRPCAuthNotEnabled
 	}
-	u := st.users[r.Name]
-	if u == nil || u.Options.GetNoPassword() {
+	who := Info{User: r.Name, Revision: st.rev}
+	if caller.Via != "" && caller.User == r.Name {
+		// An authenticator plugin vouched for the user on the member that
+		// proposed this: it need not exist here; its roles come along.
+		who.Via, who.Roles = caller.Via, caller.Roles
+	} else if u := st.users[r.Name]; u == nil || u.Options.GetNoPassword() {
 		return nil, rpctypes.ErrGRPCAuthFailed
 	}
 	if s.tokens == nil {
 		return nil, rpctypes.ErrGRPCAuthFailed
 	}
-	tok, err := s.tokens.Assign(r.Name, st.rev, r.SimpleToken, index)
+	tok, err := s.tokens.Assign(who, r.SimpleToken, index)
 	if errors.Is(err, ErrNopTokens) {
 		return nil, rpctypes.ErrGRPCAuthFailed
 	}

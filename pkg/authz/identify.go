@@ -23,15 +23,23 @@ func (s *Store) Identify(ctx context.Context, t string, hasToken, certCN bool) (
 		return Info{}, nil
 	}
 	if hasToken {
-		if s.tokens == nil {
-			return Info{}, rpctypes.ErrGRPCInvalidAuthToken
+		if s.tokens != nil {
+			if info, ok := s.tokens.Info(t, st.rev); ok {
+				return info, nil
+			}
 		}
-		info, ok := s.tokens.Info(t, st.rev)
-		if !ok {
-			s.lg.Warn("invalid auth token", zap.String("token-fingerprint", TokenFingerprint(t)))
-			return Info{}, rpctypes.ErrGRPCInvalidAuthToken
+		if s.external != nil {
+			info, ok, err := s.external(ctx, t)
+			if err != nil {
+				return Info{}, err
+			}
+			if ok {
+				info.Revision = st.rev
+				return info, nil
+			}
 		}
-		return info, nil
+		s.lg.Warn("invalid auth token", zap.String("token-fingerprint", TokenFingerprint(t)))
+		return Info{}, rpctypes.ErrGRPCInvalidAuthToken
 	}
 	if !certCN {
 		return Info{}, nil

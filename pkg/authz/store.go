@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,6 +75,8 @@ type Store struct {
 	cur    atomic.Pointer[state]
 	tokens Tokens
 	lg     *zap.Logger
+	// external resolves tokens of authenticator plugins; nil without any.
+	external ExternalTokens
 }
 
 // New returns an empty store (auth disabled, revision 1, as a fresh etcd).
@@ -157,11 +158,9 @@ func (s *Store) User(name string) *authpb.User {
 	return proto.Clone(u).(*authpb.User)
 }
 
-// HasRole tells whether user holds role.
-func (s *Store) HasRole(user, role string) bool {
-	u := s.cur.Load().users[user]
-	return u != nil && slices.Contains(u.Roles, role)
-}
+// HoldsRole tells whether who (a stored user or a plugin-vouched caller)
+// holds role.
+func (s *Store) HoldsRole(who Info, role string) bool { return s.cur.Load().holdsRole(who, role) }
 
 // UserNames and RoleNames are sorted, as etcd lists them.
 func (s *Store) UserNames() []string { return sortedKeys(s.cur.Load().users) }

@@ -2,6 +2,7 @@ package authz
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -14,6 +15,10 @@ const (
 	jwtClaimUser     = "username" // string
 	jwtClaimRevision = "revision" // the auth revision, a JSON number
 	jwtClaimExpires  = "exp"      // Unix seconds
+	// kvd's own, for a user an authenticator plugin vouched for: the
+	// plugin's name and the user's roles (etcd ignores them).
+	jwtClaimVia   = "kvd_via"   // string
+	jwtClaimRoles = "kvd_roles" // array of strings
 )
 
 // jwtTokens is etcd's "jwt" provider: self-contained signed tokens. It keeps
@@ -25,7 +30,12 @@ type jwtTokens struct {
 	key    jwtKey
 	now    func() time.Time
 	parser *jwt.Parser
+	// foreign is set when authenticator plugins take the tokens kvd did
+	// not sign.
+	foreign atomic.Bool
 }
+
+func (t *jwtTokens) expectForeign() { t.foreign.Store(true) }
 
 func newJWTTokens(lg *zap.Logger, key jwtKey, now func() time.Time) *jwtTokens {
 	return &jwtTokens{
@@ -46,15 +56,21 @@ func (t *jwtTokens) Close()                  {}
 
 // Assign signs {username, revision, exp}; a verify-only provider refuses
 // with ErrTokenVerifyOnly.
-func (t *jwtTokens) Assign(user string, rev uint64, _ string, _ uint64) (string, error) {
+func (t *jwtTokens) Assign(who Info, _ string, _ uint64) (string, error) {
 	if t.key.sign == nil {
 		return "", ErrTokenVerifyOnly
 	}
-	token, err := jwt.NewWithClaims(t.key.method, jwt.MapClaims{
+	user, rev := who.User, who.Revision
+	claims := jwt.MapClaims{
 		jwtClaimUser:     user,
 		jwtClaimRevision: rev,
 		jwtClaimExpires:  t.now().Add(t.key.ttl).Unix(),
-	}).SignedString(t.key.sign)
+	}
+	if who.Via != "" {
+		claims[jwtClaimVia] = who.Via
+		claims[jwtClaimRoles] = who.Roles
+	}
+	token, err := jwt.NewWithClaims(t.key.method, claims).SignedString(t.key.sign)
 	if err != nil {
 		t.lg.Debug("failed to sign a JWT token",
 			zap.String("user-name", user), zap.Uint64("revision", rev), zap.Error(err))
@@ -73,7 +89,13 @@ func (t *jwtTokens) Assign(user string, rev uint64, _ string, _ uint64) (string,
 func (t *jwtTokens) Info(token string, _ uint64) (Info, bool) {
 	parsed, err := t.parser.Parse(token, func(*jwt.Token) (any, error) { return t.key.verify, nil })
 	if err != nil {
-		t.lg.Warn("failed to parse a JWT token",
+		// With authenticator plugins, a token of another issuer is
+		// expected here (the plugins are asked next): not a warning.
+		lvl := zap.WarnLevel
+		if t.foreign.Load() {
+			lvl = zap.DebugLevel
+		}
+		t.lg.Log(lvl, "failed to parse a JWT token",
 			zap.String("token-fingerprint", TokenFingerprint(token)), zap.Error(err))
 		return Info{}, false
 	}
@@ -97,5 +119,22 @@ func (t *jwtTokens) Info(token string, _ uint64) (Info, bool) {
 			zap.String("token-fingerprint", TokenFingerprint(token)))
 		return Info{}, false
 	}
-	return Info{User: user, Revision: uint64(rev)}, true
+	who := Info{User: user, Revision: uint64(rev)}
+	if via, ok := claims[jwtClaimVia].(string); ok && via != "" {
+		roles, ok := claims[jwtClaimRoles].([]any)
+		if !ok && claims[jwtClaimRoles] != nil {
+			t.lg.Warn("failed to obtain roles claims from jwt token",
+				zap.String("token-fingerprint", TokenFingerprint(token)))
+			return Info{}, false
+		}
+		who.Via = via
+		for _, r := range roles {
+			s, ok := r.(string)
+			if !ok {
+				return Info{}, false
+			}
+			who.Roles = append(who.Roles, s)
+		}
+	}
+	return who, true
 }

@@ -175,14 +175,14 @@ func TestJWTRoundTrip(t *testing.T) {
 			var verifier *jwtTokens
 			if kind != "HMAC" {
 				verifier = newTestJWT(t, fmt.Sprintf("jwt,pub-key=%s,sign-method=%s", writeTokPub(t, key), method), c)
-				if _, err := verifier.Assign("alice", 1, "", 1); !errors.Is(err, ErrTokenVerifyOnly) ||
+				if _, err := verifier.Assign(Info{User: "alice", Revision: 1}, "", 1); !errors.Is(err, ErrTokenVerifyOnly) ||
 					err.Error() != "auth: token signing attempted with verify-only key" {
 					t.Fatalf("verify-only Assign: %v, want etcd's ErrVerifyOnly", err)
 				}
 			}
 			for name, spec := range signerSpecs(t, method, key) {
 				signer := newTestJWT(t, spec, c)
-				tok, err := signer.Assign("alice", 7, "", 99)
+				tok, err := signer.Assign(Info{User: "alice", Revision: 7}, "", 99)
 				if err != nil {
 					t.Fatalf("%s: Assign: %v", name, err)
 				}
@@ -191,7 +191,7 @@ func TestJWTRoundTrip(t *testing.T) {
 					if p == nil {
 						continue
 					}
-					if info, ok := p.Info(tok, 12); !ok || info != want {
+					if info, ok := p.Info(tok, 12); !ok || !reflect.DeepEqual(info, want) {
 						t.Errorf("%s: Info = %+v, %v; want %+v", name, info, ok, want)
 					}
 				}
@@ -223,7 +223,7 @@ func TestJWTRefused(t *testing.T) {
 			if _, ok := p.Info(signTok(t, m, pair.key, good), 0); !ok {
 				t.Fatal("a well-signed token is refused: the cases below prove nothing")
 			}
-			own, err := p.Assign("alice", 3, "", 0)
+			own, err := p.Assign(Info{User: "alice", Revision: 3}, "", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +295,7 @@ func TestJWTRefused(t *testing.T) {
 func TestJWTClaims(t *testing.T) {
 	c := newTokClock()
 	spec := fmt.Sprintf("jwt,priv-key=%s,sign-method=ES256,ttl=90s", writeTokPriv(t, tokKeys()["P256"].key, false))
-	tok, err := newTestJWT(t, spec, c).Assign("alice", 1<<40, "", 5)
+	tok, err := newTestJWT(t, spec, c).Assign(Info{User: "alice", Revision: 1 << 40}, "", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,13 +353,13 @@ func TestJWTEtcdGolden(t *testing.T) {
 		"verify-only": fmt.Sprintf("jwt,pub-key=%s,sign-method=EdDSA", writeTokPub(t, key)),
 	} {
 		p := newTestJWT(t, spec, c)
-		if info, ok := p.Info(etcdGoldenToken, 0); !ok || info != (Info{User: "root", Revision: 4}) {
+		if info, ok := p.Info(etcdGoldenToken, 0); !ok || !reflect.DeepEqual(info, Info{User: "root", Revision: 4}) {
 			t.Errorf("%s: etcd's token: Info = %+v, %v; want root at 4", name, info, ok)
 		}
 		if p.key.sign == nil {
 			continue
 		}
-		if tok, err := p.Assign("root", 4, "", 0); err != nil || tok != etcdGoldenToken {
+		if tok, err := p.Assign(Info{User: "root", Revision: 4}, "", 0); err != nil || tok != etcdGoldenToken {
 			t.Errorf("%s: Assign = %q, %v;\nwant etcd's %q", name, tok, err, etcdGoldenToken)
 		}
 	}

@@ -50,7 +50,7 @@ func TestNewTokensKinds(t *testing.T) {
 	if p, err := nop.Prefix(); p != "" || err != nil {
 		t.Errorf("nop Prefix = %q, %v", p, err)
 	}
-	if _, err := nop.Assign("root", 1, "", 1); !errors.Is(err, ErrNopTokens) ||
+	if _, err := nop.Assign(Info{User: "root", Revision: 1}, "", 1); !errors.Is(err, ErrNopTokens) ||
 		err.Error() != "auth: authentication failed, invalid user ID or password" {
 		t.Errorf("nop Assign: %v, want etcd's ErrAuthFailed", err)
 	}
@@ -158,13 +158,13 @@ func TestTokensLogNoToken(t *testing.T) {
 	s := tk.(*simpleTokens)
 	s.Enable()
 	for i, user := range []string{"alice", "bob", "carol"} {
-		tok, err := s.Assign(user, 1, "abcdefghijklmnop", uint64(i))
+		tok, err := s.Assign(Info{User: user, Revision: 1}, "abcdefghijklmnop", uint64(i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		secrets = append(secrets, tok)
 	}
-	s.Assign("alice", 1, "abcdefghijklmnop", 0) // assigned twice: logged
+	s.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 0) // assigned twice: logged
 	s.Info(secrets[0], 1)
 	s.InvalidateUser("bob")
 	c.add(2 * time.Second)
@@ -177,7 +177,7 @@ func TestTokensLogNoToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jt, err := tk.Assign("alice", 1, "", 0)
+	jt, err := tk.Assign(Info{User: "alice", Revision: 1}, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

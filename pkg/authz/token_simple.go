@@ -46,7 +46,7 @@ func SimpleTokenIndex(token string) (index uint64, ok bool) {
 // on every use without the provider's write lock: resolving a token is on
 // every authenticated request's path.
 type simpleToken struct {
-	user    string
+	who     Info // Revision unused: resolved at the store's current one
 	expires atomic.Int64
 }
 
@@ -111,7 +111,7 @@ func (t *simpleTokens) Prefix() (string, error) {
 // authenticate, so this does not happen through the API). The same token
 // twice means one raft entry was applied twice: etcd panics; Assign
 // returns an error and keeps the first assignment.
-func (t *simpleTokens) Assign(user string, _ uint64, prefix string, index uint64) (string, error) {
+func (t *simpleTokens) Assign(who Info, prefix string, index uint64) (string, error) {
 	token := prefix + "." + strconv.FormatUint(index, 10)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,10 +120,10 @@ func (t *simpleTokens) Assign(user string, _ uint64, prefix string, index uint64
 	}
 	if _, dup := t.tokens[token]; dup {
 		t.lg.Error("failed to assign already-used simple token to a user",
-			zap.String("user-name", user), zap.String("token-fingerprint", TokenFingerprint(token)))
+			zap.String("user-name", who.User), zap.String("token-fingerprint", TokenFingerprint(token)))
 		return "", fmt.Errorf("auth: simple token %s (fingerprint) is already assigned", TokenFingerprint(token))
 	}
-	tok := &simpleToken{user: user}
+	tok := &simpleToken{who: who}
 	tok.expires.Store(t.now().Add(t.ttl).UnixNano())
 	t.tokens[token] = tok
 	return token, nil
@@ -149,7 +149,9 @@ func (t *simpleTokens) Info(token string, rev uint64) (Info, bool) {
 		return Info{}, false
 	}
 	tok.expires.Store(now.Add(t.ttl).UnixNano())
-	return Info{User: tok.user, Revision: rev}, true
+	who := tok.who
+	who.Revision = rev
+	return who, true
 }
 
 // Enable starts keeping tokens and the sweep goroutine; it does nothing if
@@ -191,7 +193,7 @@ func (t *simpleTokens) InvalidateUser(user string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for token, tok := range t.tokens {
-		if tok.user == user {
+		if tok.who.Via == "" && tok.who.User == user {
 			t.dropLocked(token, user)
 		}
 	}
@@ -218,7 +220,7 @@ func (t *simpleTokens) sweep() {
 	now := t.now()
 	for token, tok := range t.tokens {
 		if tok.expired(now) {
-			t.dropLocked(token, tok.user)
+			t.dropLocked(token, tok.who.User)
 		}
 	}
 }

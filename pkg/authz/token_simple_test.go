@@ -2,6 +2,7 @@ package authz
 
 import (
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -93,7 +94,7 @@ func TestSimpleTokenIndex(t *testing.T) {
 func TestSimpleTokenAssignInfo(t *testing.T) {
 	c := newTokClock()
 	s := newTestSimple(t, time.Minute, c)
-	tok, err := s.Assign("alice", 3, "abcdefghijklmnop", 42)
+	tok, err := s.Assign(Info{User: "alice", Revision: 3}, "abcdefghijklmnop", 42)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestSimpleTokenAssignInfo(t *testing.T) {
 		t.Fatalf("Assign = %q, want prefix.index", tok)
 	}
 	// Revision is the store's current one, not the one at Assign.
-	if info, ok := s.Info(tok, 9); !ok || info != (Info{User: "alice", Revision: 9}) {
+	if info, ok := s.Info(tok, 9); !ok || !reflect.DeepEqual(info, Info{User: "alice", Revision: 9}) {
 		t.Fatalf("Info = %+v, %v; want alice at 9", info, ok)
 	}
 	for _, bad := range []string{"", "abcdefghijklmnop", "abcdefghijklmnop.43", "bbcdefghijklmnop.42",
@@ -112,7 +113,7 @@ func TestSimpleTokenAssignInfo(t *testing.T) {
 	}
 	// The same token twice (one raft entry applied twice) is refused and
 	// the first assignment kept.
-	if _, err := s.Assign("bob", 3, "abcdefghijklmnop", 42); err == nil {
+	if _, err := s.Assign(Info{User: "bob", Revision: 3}, "abcdefghijklmnop", 42); err == nil {
 		t.Fatal("a token assigned twice: no error")
 	}
 	if info, ok := s.Info(tok, 9); !ok || info.User != "alice" {
@@ -137,7 +138,7 @@ func TestSimpleTokenExpiryAndRenewal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTokClock()
 			s := newTestSimple(t, ttl, c)
-			tok, err := s.Assign("alice", 1, "abcdefghijklmnop", 1)
+			tok, err := s.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,8 +155,8 @@ func TestSimpleTokenExpiryAndRenewal(t *testing.T) {
 func TestSimpleTokenSweep(t *testing.T) {
 	c := newTokClock()
 	s := newTestSimple(t, 10*time.Second, c)
-	idle, _ := s.Assign("alice", 1, "aaaaaaaaaaaaaaaa", 1)
-	used, _ := s.Assign("bob", 1, "bbbbbbbbbbbbbbbb", 2)
+	idle, _ := s.Assign(Info{User: "alice", Revision: 1}, "aaaaaaaaaaaaaaaa", 1)
+	used, _ := s.Assign(Info{User: "bob", Revision: 1}, "bbbbbbbbbbbbbbbb", 2)
 	c.add(6 * time.Second)
 	s.Info(used, 1)
 	c.add(6 * time.Second)
@@ -175,7 +176,7 @@ func TestSimpleTokenSweepGoroutine(t *testing.T) {
 	s := newSimpleTokens(zap.NewNop(), time.Second, c.now, time.Millisecond)
 	s.Enable()
 	defer s.Close()
-	if _, err := s.Assign("alice", 1, "abcdefghijklmnop", 1); err != nil {
+	if _, err := s.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 1); err != nil {
 		t.Fatal(err)
 	}
 	c.add(2 * time.Second)
@@ -197,7 +198,7 @@ func TestSimpleTokenSweepGoroutine(t *testing.T) {
 func TestSimpleTokenDefaultTTL(t *testing.T) {
 	c := newTokClock()
 	s := newTestSimple(t, 0, c)
-	tok, _ := s.Assign("alice", 1, "abcdefghijklmnop", 1)
+	tok, _ := s.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 1)
 	c.add(simpleTokenDefaultTTL)
 	if _, ok := s.Info(tok, 1); !ok {
 		t.Fatal("refused within etcd's default 300 s")
@@ -211,9 +212,9 @@ func TestSimpleTokenDefaultTTL(t *testing.T) {
 func TestSimpleTokenInvalidateUser(t *testing.T) {
 	c := newTokClock()
 	s := newTestSimple(t, time.Minute, c)
-	a1, _ := s.Assign("alice", 1, "aaaaaaaaaaaaaaaa", 1)
-	a2, _ := s.Assign("alice", 1, "aaaaaaaaaaaaaaab", 2)
-	b, _ := s.Assign("bob", 1, "bbbbbbbbbbbbbbbb", 3)
+	a1, _ := s.Assign(Info{User: "alice", Revision: 1}, "aaaaaaaaaaaaaaaa", 1)
+	a2, _ := s.Assign(Info{User: "alice", Revision: 1}, "aaaaaaaaaaaaaaab", 2)
+	b, _ := s.Assign(Info{User: "bob", Revision: 1}, "bbbbbbbbbbbbbbbb", 3)
 	s.InvalidateUser("alice")
 	s.InvalidateUser("nobody")
 	for _, tc := range []struct {
@@ -229,13 +230,13 @@ func TestSimpleTokenInvalidateUser(t *testing.T) {
 func TestSimpleTokenDisable(t *testing.T) {
 	c := newTokClock()
 	s := newTestSimple(t, time.Minute, c)
-	tok, _ := s.Assign("alice", 1, "abcdefghijklmnop", 1)
+	tok, _ := s.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 1)
 	s.Disable()
 	if _, ok := s.Info(tok, 1); ok {
 		t.Fatal("a token resolves after Disable")
 	}
 	// While disabled a token is minted, as in etcd, but not kept.
-	off, err := s.Assign("bob", 1, "bbbbbbbbbbbbbbbb", 2)
+	off, err := s.Assign(Info{User: "bob", Revision: 1}, "bbbbbbbbbbbbbbbb", 2)
 	if err != nil || off != "bbbbbbbbbbbbbbbb.2" {
 		t.Fatalf("Assign while disabled = %q, %v", off, err)
 	}
@@ -246,7 +247,7 @@ func TestSimpleTokenDisable(t *testing.T) {
 			t.Errorf("%s resolves after Disable and Enable", old)
 		}
 	}
-	tok2, _ := s.Assign("alice", 1, "abcdefghijklmnop", 3)
+	tok2, _ := s.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 3)
 	if _, ok := s.Info(tok2, 1); !ok {
 		t.Fatal("a token assigned after re-enabling does not resolve")
 	}
@@ -281,7 +282,7 @@ func TestSimpleTokenGoroutine(t *testing.T) {
 	tk.Close()
 	tk.Enable() // after Close: nothing starts
 	goleak.VerifyNone(t, before)
-	if tok, err := tk.Assign("alice", 1, "abcdefghijklmnop", 1); err != nil {
+	if tok, err := tk.Assign(Info{User: "alice", Revision: 1}, "abcdefghijklmnop", 1); err != nil {
 		t.Fatal(err)
 	} else if _, ok := tk.Info(tok, 1); ok {
 		t.Fatal("a token resolves after Close")
@@ -298,7 +299,7 @@ func TestSimpleTokenConcurrent(t *testing.T) {
 		wg.Go(func() {
 			user := fmt.Sprint("user", g)
 			for i := range 200 {
-				tok, err := s.Assign(user, 1, fmt.Sprintf("prefix%010d", g), uint64(i))
+				tok, err := s.Assign(Info{User: user, Revision: 1}, fmt.Sprintf("prefix%010d", g), uint64(i))
 				if err != nil {
 					t.Error(err)
 					return

@@ -12,6 +12,11 @@ import (
 type Info struct {
 	User     string
 	Revision uint64
+	// Via names the authenticator plugin that vouched for a caller kvd's
+	// store need not know; such a caller's roles are Roles (the plugin's
+	// groups), not a stored user's. Empty for kvd's own users.
+	Via   string
+	Roles []string
 }
 
 // Anonymous tells whether i is no identity: a real one was established at
@@ -29,9 +34,10 @@ type Tokens interface {
 	// Prefix is called at the API before Authenticate is proposed: a fresh
 	// random part for a simple token, "" for providers that need none.
 	Prefix() (string, error)
-	// Assign mints user's token when the Authenticate entry is applied at
-	// raft index, at auth revision rev, with the prefix the API chose.
-	Assign(user string, rev uint64, prefix string, index uint64) (string, error)
+	// Assign mints who's token when the Authenticate entry is applied at
+	// raft index, at auth revision who.Revision, with the prefix the API
+	// chose. The token resolves to who, Via and Roles included.
+	Assign(who Info, prefix string, index uint64) (string, error)
 	// Info resolves a token. rev is the store's current revision (a simple
 	// token carries none, so it is checked at the current one); a JWT
 	// carries the revision it was signed at. ok is false for an unknown,
@@ -67,7 +73,7 @@ func TokenFingerprint(token string) string {
 type nopTokens struct{}
 
 func (nopTokens) Prefix() (string, error) { return "", nil }
-func (nopTokens) Assign(string, uint64, string, uint64) (string, error) {
+func (nopTokens) Assign(Info, string, uint64) (string, error) {
 	return "", ErrNopTokens
 }
 func (nopTokens) Info(string, uint64) (Info, bool) { return Info{}, false }

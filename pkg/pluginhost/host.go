@@ -61,11 +61,21 @@ type Host struct {
 	closeOnce      sync.Once
 }
 
-// Start starts every plugin, in order, and returns when each has answered
-// its handshake. A plugin that is missing, not executable, speaks another
-// protocol version or serves another kind stops the start with an error
-// naming it; the plugins already started are stopped.
+// Start is New and Host.Start.
 func Start(specs []Spec, o Options) (*Host, error) {
+	h, err := New(specs, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// New checks the specs and registers the metrics; no process runs until
+// Start.
+func New(specs []Spec, o Options) (*Host, error) {
 	lg := o.Logger
 	if lg == nil {
 		lg = zap.NewNop()
@@ -80,14 +90,9 @@ func Start(specs []Spec, o Options) (*Host, error) {
 	}
 	for _, s := range specs {
 		if err := validate(s); err != nil {
-			h.Close()
 			return nil, fmt.Errorf("auth plugin %q: %w", s.Name, err)
 		}
 		p := newProc(s, h.lg, m)
-		if err := p.start(); err != nil {
-			h.Close()
-			return nil, fmt.Errorf("auth plugin %q: %w", s.Name, err)
-		}
 		if s.Kind == pluginsdk.KindAuthenticator {
 			h.authenticators = append(h.authenticators, p)
 		} else {
@@ -95,6 +100,25 @@ func Start(specs []Spec, o Options) (*Host, error) {
 		}
 	}
 	return h, nil
+}
+
+// Start starts every plugin, authenticators first, each in config order,
+// and returns when each has answered its handshake. A plugin that is
+// missing, not executable, speaks another protocol version or serves
+// another kind stops the start with an error naming it; the plugins
+// already started are stopped.
+func (h *Host) Start() error {
+	for _, p := range h.procs() {
+		if err := p.start(); err != nil {
+			h.Close()
+			return fmt.Errorf("auth plugin %q: %w", p.spec.Name, err)
+		}
+	}
+	return nil
+}
+
+func (h *Host) procs() []*proc {
+	return append(append([]*proc(nil), h.authenticators...), h.authorizers...)
 }
 
 func validate(s Spec) error {
@@ -127,7 +151,7 @@ func (h *Host) Close() {
 	}
 	h.closeOnce.Do(func() {
 		var wg sync.WaitGroup
-		for _, p := range append(append([]*proc(nil), h.authenticators...), h.authorizers...) {
+		for _, p := range h.procs() {
 			wg.Go(p.close)
 		}
 		wg.Wait()
@@ -147,7 +171,7 @@ type Status struct {
 // Status reports each plugin's state, in config order within each kind.
 func (h *Host) Status() []Status {
 	var out []Status
-	for _, p := range append(append([]*proc(nil), h.authenticators...), h.authorizers...) {
+	for _, p := range h.procs() {
 		st := Status{Name: p.spec.Name, Kind: p.spec.Kind}
 		r := p.cur.Load()
 		if r == nil {

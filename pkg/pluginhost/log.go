@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"path/filepath"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -20,10 +21,15 @@ type zapHCLog struct {
 	// line there that is not a JSON log line (a panic, a stray print) is
 	// logged at info, not hidden at debug as go-plugin would.
 	output bool
-	args   []any
+	// stderrName is the name go-plugin gives that logger: the command's
+	// base name.
+	stderrName string
+	args       []any
 }
 
-func newHCLog(lg *zap.Logger) hclog.Logger { return &zapHCLog{lg: lg} }
+func newHCLog(lg *zap.Logger, command string) hclog.Logger {
+	return &zapHCLog{lg: lg, stderrName: filepath.Base(command)}
+}
 
 func (l *zapHCLog) fields(args []any) []zap.Field {
 	all := append(append([]any(nil), l.args...), args...)
@@ -84,10 +90,11 @@ func (l *zapHCLog) With(args ...any) hclog.Logger {
 // Name is empty: the plugin's name is already a field of lg.
 func (l *zapHCLog) Name() string { return "" }
 
-// Named is how go-plugin makes the logger of the plugin's stderr.
-func (l *zapHCLog) Named(string) hclog.Logger {
+// Named is how go-plugin makes the logger of the plugin's stderr (named
+// after the command) and of its own parts (stdio, ...).
+func (l *zapHCLog) Named(name string) hclog.Logger {
 	c := *l
-	c.output = true
+	c.output = name == l.stderrName
 	return &c
 }
 

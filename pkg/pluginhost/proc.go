@@ -53,12 +53,13 @@ type proc struct {
 	lastErr atomic.Pointer[error]
 	// tokens (authenticators) and allows (authorizers) are the cached
 	// answers of this plugin.
-	tokens *ttlCache[Identity]
-	allows *ttlCache[struct{}]
-	kick   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	tokens  *ttlCache[Identity]
+	allows  *ttlCache[struct{}]
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	started atomic.Bool
 }
 
 func newProc(spec Spec, lg *zap.Logger, m *metrics) *proc {
@@ -88,7 +89,7 @@ func (p *proc) launch() (*running, error) {
 	for k, v := range p.spec.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	hl := newHCLog(p.lg)
+	hl := newHCLog(p.lg, path)
 	c := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginsdk.Handshake,
 		Plugins:          pluginsdk.PluginSet(),
@@ -174,6 +175,7 @@ func (p *proc) start() error {
 		return err
 	}
 	p.up(r)
+	p.started.Store(true)
 	go p.supervise()
 	return nil
 }
@@ -285,8 +287,12 @@ func (p *proc) check() {
 	}
 }
 
-// close stops the supervisor and the process.
+// close stops the supervisor and the process; a plugin never started has
+// neither.
 func (p *proc) close() {
+	if !p.started.Load() {
+		return
+	}
 	p.once.Do(func() { close(p.stop) })
 	<-p.done
 }

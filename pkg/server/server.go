@@ -33,6 +33,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
+	"github.com/kvd-dev/kvd/pkg/pluginhost"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
@@ -68,6 +69,7 @@ func Module() fx.Option {
 			newApplied,
 			newLeases,
 			newAuth,
+			newPlugins,
 			newWatchConfig,
 			newMetrics,
 			newDiskHistograms,
@@ -208,7 +210,7 @@ func newWatchConfig(c *config.Config, st *mvcc.Store, mt *Metrics, lg *zap.Logge
 	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}, ProgressInterval: c.WatchProgressNotifyInterval.Std()}
 }
 
-func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
+func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, plugins *pluginhost.Host, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
 	// Calls only the leader answers are relayed to its client URL, which
 	// may be https: dial it as a client, with the client block.
 	clientTLS, err := tlsconf.ForClient(c, lg)
@@ -232,7 +234,7 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		Version:         Version,
 		ClientCertAuth:  c.ClientTLS.ClientCertAuth,
 		BcryptCost:      int(c.BcryptCost),
-	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az,
+	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins,
 		LeaderCreds: clientTLS.DialCredentials})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
 	return s, nil

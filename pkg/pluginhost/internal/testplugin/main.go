@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -31,7 +30,6 @@ var (
 	countTo  = flag.String("count-file", "", "append one line per call (probe excluded) to this file")
 )
 
-var calls atomic.Int64
 
 func main() {
 	flag.Parse()
@@ -55,8 +53,9 @@ func main() {
 	})
 }
 
-// misbehave applies --hang-file and --exit-file, and counts the call.
-func misbehave(ctx context.Context, probe bool) {
+// misbehave applies --hang-file (the call then fails when the caller gives
+// up, never answering) and --exit-file, and counts the call.
+func misbehave(ctx context.Context, probe bool) error {
 	if *exitFile != "" {
 		if _, err := os.Stat(*exitFile); err == nil {
 			os.Exit(3)
@@ -65,6 +64,7 @@ func misbehave(ctx context.Context, probe bool) {
 	if *hangFile != "" {
 		if _, err := os.Stat(*hangFile); err == nil {
 			<-ctx.Done()
+			return ctx.Err()
 		}
 	}
 	if !probe && *countTo != "" {
@@ -74,7 +74,7 @@ func misbehave(ctx context.Context, probe bool) {
 			_ = f.Close()
 		}
 	}
-	calls.Add(1)
+	return nil
 }
 
 type authnPlugin struct{ plugin.NetRPCUnsupportedPlugin }
@@ -92,7 +92,9 @@ type authn struct {
 }
 
 func (authn) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
-	misbehave(ctx, r.GetCredential() == nil)
+	if err := misbehave(ctx, r.GetCredential() == nil); err != nil {
+		return nil, err
+	}
 	if *garbage {
 		return &pb.AuthenticateResponse{}, nil
 	}
@@ -137,7 +139,9 @@ type authz struct {
 }
 
 func (authz) Authorize(ctx context.Context, r *pb.AuthorizeRequest) (*pb.AuthorizeResponse, error) {
-	misbehave(ctx, r.GetIdentity() == nil)
+	if err := misbehave(ctx, r.GetIdentity() == nil); err != nil {
+		return nil, err
+	}
 	if *garbage {
 		return &pb.AuthorizeResponse{}, nil
 	}
