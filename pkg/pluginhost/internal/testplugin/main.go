@@ -30,7 +30,6 @@ var (
 	countTo  = flag.String("count-file", "", "append one line per call (probe excluded) to this file")
 )
 
-
 func main() {
 	flag.Parse()
 	hs := pluginsdk.Handshake
