@@ -45,7 +45,8 @@ func newHarness(t *testing.T) *harness {
 }
 
 func (h *harness) do(r *pb.InternalRaftRequest) (proto.Message, error) {
-	r.Header = &pb.RequestHeader{Username: h.as.User, AuthRevision: h.as.Revision}
+	r.Header = &pb.RequestHeader{}
+	StampHeader(r.Header, h.as)
 	return h.s.Apply(h.be, r, 1, &pb.ResponseHeader{})
 }
 
