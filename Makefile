@@ -2,7 +2,10 @@
 # the e2e module (real kvd, etcd and etcdctl processes) runs after it.
 GO ?= go
 
-.PHONY: test unit e2e build bench
+.PHONY: all test unit e2e build bench
+
+# make alone builds kvd and the auth plugins into bin/.
+all: build
 
 test: unit e2e
 
@@ -17,6 +20,9 @@ e2e:
 
 build:
 	$(GO) build -o bin/kvd ./cmd/kvd
+	$(GO) build -o bin/kvd-auth-htpasswd ./plugins/htpasswd
+	$(GO) build -o bin/kvd-auth-oidc ./plugins/oidc
+	$(GO) build -o bin/kvd-auth-prefix ./plugins/prefix
 
 bench:
 	./scripts/bench.sh
