@@ -703,3 +703,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestPutKeyPrefix(t *testing.T) {
+	f := newFakeKV()
+	addr := startFake(t, f)
+	s, _ := runJSON(t, addr, "--clients", "2", "--conns", "1", "--total", "50",
+		"put", "--key-prefix", "/tenants/alice/", "--key-size", "4", "--key-space-size", "10")
+	if s.Requests != 50 {
+		t.Fatalf("requests %d, want 50", s.Requests)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.data {
+		if !strings.HasPrefix(k, "/tenants/alice/") || len(k) != len("/tenants/alice/")+4 || k[len("/tenants/alice/"):] > "0009" {
+			t.Errorf("key %q: want /tenants/alice/ and 4 digits below 10", k)
+		}
+	}
+}

@@ -4,7 +4,9 @@
 //	go run ./tools/bench [global flags] put|range|txn|watch|auth [flags]
 //
 // With --user it logs in once per connection and sends the token with every
-// request; with --cacert, --cert and --key it speaks (mutual) TLS.
+// request; with --token it sends that token (e.g. an OIDC JWT for an
+// authenticator plugin) as is; with --cacert, --cert and --key it speaks
+// (mutual) TLS.
 //
 // It prints a summary in the layout of etcd's benchmark tool, or one JSON
 // object per run with --json. Exit status: 0 when every measured request
@@ -58,7 +60,7 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		o                    runOptions
 		endpoints            string
 		asJSON               bool
-		user                 string
+		user, token          string
 		cacert, cert, keyArg string
 	)
 	gfs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -80,6 +82,7 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	gfs.IntVar(&o.idleStreams, "idle-streams", 10, "watch streams (over their own connections) carrying --idle-watchers")
 	gfs.IntVar(&o.cpuPID, "cpu-pid", 0, "Linux: also report the CPU time this process (the server) used while measuring, and per request")
 	gfs.StringVar(&user, "user", "", "name:password: each connection authenticates once and sends the token with every request")
+	gfs.StringVar(&token, "token", "", "send this token as is in the \"token\" metadata of every request (no login; not with --user)")
 	gfs.StringVar(&cacert, "cacert", "", "TLS: verify the servers with this CA bundle (endpoints then https:// or host:port)")
 	gfs.StringVar(&cert, "cert", "", "TLS: client certificate for mutual TLS (with --key)")
 	gfs.StringVar(&keyArg, "key", "", "TLS: key of the --cert client certificate")
@@ -89,6 +92,12 @@ func runArgs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sec, err := parseSecurity(user, cacert, cert, keyArg)
 	if err != nil {
 		return err
+	}
+	if token != "" {
+		if user != "" {
+			return errors.New("--token and --user exclude each other")
+		}
+		sec.token = token
 	}
 	o.sec = sec
 	totalSet := false
@@ -138,6 +147,7 @@ func addKeyFlags(fs *flag.FlagSet, o *keyOptions) {
 	fs.IntVar(&o.valSize, "val-size", 256, "value size in bytes")
 	fs.IntVar(&o.keySpace, "key-space-size", 10000, "number of distinct keys written")
 	fs.BoolVar(&o.sequential, "sequential-keys", false, "write keys in order instead of at random")
+	fs.StringVar(&o.prefix, "key-prefix", "", "put every key under this prefix (before the --key-size digits)")
 }
 
 func parseWorkload(name string, args []string, sec security, stderr io.Writer) (workload, error) {

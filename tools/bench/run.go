@@ -85,6 +85,9 @@ func dial(ctx context.Context, endpoints []string, n int, timeout time.Duration,
 		if sec.user != nil {
 			ts = &tokenSource{user: sec.user, reauths: sec.reauths}
 			opts = append(opts, grpc.WithUnaryInterceptor(ts.unary), grpc.WithStreamInterceptor(ts.stream))
+		} else if sec.token != "" {
+			t := staticToken(sec.token)
+			opts = append(opts, grpc.WithUnaryInterceptor(t.unary), grpc.WithStreamInterceptor(t.stream))
 		}
 		cc, err := grpc.NewClient(target, opts...)
 		if err != nil {

@@ -27,6 +27,8 @@ type security struct {
 	tls  *tls.Config
 	mtls bool // a client certificate is presented
 	user *userCreds
+	// token is --token: sent as is with every request, never renewed.
+	token string
 	// reauths counts the re-authentications after the server refused a
 	// token, over every connection of the run.
 	reauths *atomic.Int64
@@ -199,4 +201,17 @@ func (ts *tokenSource) unary(ctx context.Context, method string, req, reply any,
 // token fails as any other stream failure does.
 func (ts *tokenSource) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return streamer(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, ts.token()), desc, cc, method, opts...)
+}
+
+// staticToken is --token: the same token in the "token" metadata of every
+// request and stream, as a client holding an external token (an OIDC JWT)
+// sends it.
+type staticToken string
+
+func (t staticToken) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, string(t)), method, req, reply, cc, opts...)
+}
+
+func (t staticToken) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return streamer(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, string(t)), desc, cc, method, opts...)
 }

@@ -405,3 +405,22 @@ func TestCPUPIDReported(t *testing.T) {
 		t.Errorf("without --cpu-pid: %+v; want no CPU figures", s)
 	}
 }
+
+func TestTokenSentAsIs(t *testing.T) {
+	f, a := newFakeKV(), newFakeAuth()
+	a.uses["external-jwt"] = 0
+	addr := startSecureFake(t, f, a, nil)
+	s, code := runJSON(t, addr, "--token", "external-jwt", "--clients", "4", "--conns", "2", "--total", "100", "put", "--key-space-size", "10")
+	if code != 0 || s.Errors != 0 || s.Requests != 100 {
+		t.Fatalf("exit %d, %d requests, %d errors (%s); want 100 puts with the token", code, s.Requests, s.Errors, s.FirstError)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.logins.Load() != 0 || a.noToken != 0 || a.uses["external-jwt"] != 100 {
+		t.Errorf("%d logins, %d requests without a token, %d with it; want 0, 0, 100", a.logins.Load(), a.noToken, a.uses["external-jwt"])
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"--endpoints", addr, "--token", "x", "--user", "bench:pw:x", "--total", "1", "put"}, &out, &errOut); code != 1 {
+		t.Errorf("--token with --user: exit %d, %q; want exit 1", code, errOut.String())
+	}
+}

@@ -39,6 +39,7 @@ type keyOptions struct {
 	valSize    int
 	keySpace   int
 	sequential bool
+	prefix     string // --key-prefix, before the keySize digits
 }
 
 func (o keyOptions) validate() error {
@@ -77,6 +78,14 @@ func fillKey(dst []byte, n int) {
 	}
 }
 
+// newKey is a key of o's shape: the prefix, then keySize digits, which
+// fillKey writes into the returned digits slice.
+func (o keyOptions) newKey() (key, digits []byte) {
+	key = make([]byte, len(o.prefix)+o.keySize)
+	copy(key, o.prefix)
+	return key, key[len(o.prefix):]
+}
+
 // randomValue returns size random bytes, shared read-only by every request.
 func randomValue(size int) []byte {
 	v := make([]byte, size)
@@ -99,9 +108,10 @@ func newPutWorkload(o keyOptions) (*putWorkload, error) {
 func (w *putWorkload) prepare(context.Context, []pb.KVClient, int) error { return nil }
 
 func (w *putWorkload) newLoop() requestFunc {
-	req := &pb.PutRequest{Key: make([]byte, w.keySize), Value: w.value}
+	key, num := w.newKey()
+	req := &pb.PutRequest{Key: key, Value: w.value}
 	return func(ctx context.Context, kv client, seq int64) error {
-		fillKey(req.Key, w.keyIndex(seq))
+		fillKey(num, w.keyIndex(seq))
 		_, err := kv.Put(ctx, req)
 		return err
 	}
@@ -238,12 +248,13 @@ func (w *txnWorkload) prepare(context.Context, []pb.KVClient, int) error { retur
 
 func (w *txnWorkload) newLoop() requestFunc {
 	keys := make([][]byte, w.ops)
+	nums := make([][]byte, w.ops)
 	req := &pb.TxnRequest{
 		Compare: make([]*pb.Compare, w.ops),
 		Success: make([]*pb.RequestOp, w.ops),
 	}
 	for j := range keys {
-		keys[j] = make([]byte, w.keySize)
+		keys[j], nums[j] = w.newKey()
 		req.Compare[j] = &pb.Compare{
 			Key:         keys[j],
 			Target:      pb.Compare_VERSION,
@@ -258,8 +269,8 @@ func (w *txnWorkload) newLoop() requestFunc {
 		// Consecutive indexes keep the keys of one txn distinct, which etcd
 		// requires of the puts in one txn.
 		base := w.keyIndex(seq * int64(w.ops))
-		for j, k := range keys {
-			fillKey(k, (base+j)%w.keySpace)
+		for j, n := range nums {
+			fillKey(n, (base+j)%w.keySpace)
 		}
 		resp, err := kv.Txn(ctx, req)
 		if err != nil {
