@@ -37,7 +37,8 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err != nil {
 		return nil, err
 	}
-	if err := s.authorize(ctx, methodRange, rangeAccesses(r)); err != nil {
+	_, err = s.authorize(ctx, methodRange, rangeAccesses(r))
+	if err != nil {
 		return nil, err
 	}
 	rv := s.Store.Read()
@@ -60,7 +61,8 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := checkPut(r); err != nil {
 		return nil, err
 	}
-	if err := s.authorize(ctx, methodPut, putAccesses(r)); err != nil {
+	ctx, err := s.authorize(ctx, methodPut, putAccesses(r))
+	if err != nil {
 		return nil, err
 	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Put: r})
@@ -82,7 +84,8 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := checkDelete(r); err != nil {
 		return nil, err
 	}
-	if err := s.authorize(ctx, methodDeleteRange, deleteAccesses(r)); err != nil {
+	ctx, err := s.authorize(ctx, methodDeleteRange, deleteAccesses(r))
+	if err != nil {
 		return nil, err
 	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{DeleteRange: r})
@@ -114,7 +117,8 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		if err != nil {
 			return nil, err
 		}
-		if err := s.authorize(ctx, methodTxn, txnAccesses(r)); err != nil {
+		_, err = s.authorize(ctx, methodTxn, txnAccesses(r))
+		if err != nil {
 			return nil, err
 		}
 		rv := s.Store.Read()
@@ -129,7 +133,8 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		s.fill(resp.Header)
 		return resp, nil
 	}
-	if err := s.authorize(ctx, methodTxn, txnAccesses(r)); err != nil {
+	ctx, err := s.authorize(ctx, methodTxn, txnAccesses(r))
+	if err != nil {
 		return nil, err
 	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Txn: r})
@@ -194,7 +199,8 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 	if _, err := s.readCheck(ctx, func(who authz.Info) error { return s.Auth.CheckRead(who, r.Key, r.RangeEnd) }); err != nil {
 		return err
 	}
-	if err := s.authorize(ctx, methodRangeStream, rangeAccesses(r)); err != nil {
+	ctx, err := s.authorize(ctx, methodRangeStream, rangeAccesses(r))
+	if err != nil {
 		return err
 	}
 	// Each chunk is a Range of its own (same sort and limit rules, so a

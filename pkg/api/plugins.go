@@ -13,17 +13,27 @@ import (
 // deny wins. They never grant: kvd's roles are still checked (at apply
 // time for writes). Nothing is asked while auth is off or of a caller
 // without an identity, whom kvd's own checks refuse.
-func (s *Server) authorize(ctx context.Context, method string, accesses []pluginhost.Access) error {
+//
+// The returned context carries the caller it identified, so the proposal
+// that follows does not resolve the token again.
+func (s *Server) authorize(ctx context.Context, method string, accesses []pluginhost.Access) (context.Context, error) {
 	if !s.Plugins.HasAuthorizers() || s.Auth == nil || !s.Auth.Enabled() {
-		return nil
+		return ctx, nil
 	}
 	who, err := s.caller(ctx)
-	if err != nil || who.Anonymous() {
-		return err
+	if err != nil {
+		return ctx, err
+	}
+	ctx = context.WithValue(ctx, callerKey{}, who)
+	if who.Anonymous() {
+		return ctx, nil
 	}
 	c := pluginhost.Caller{User: who.User, Roles: s.Auth.RolesOf(who), Authenticator: who.Via}
-	return s.Plugins.Authorize(ctx, c, method, accesses, s.Auth.Revision())
+	return ctx, s.Plugins.Authorize(ctx, c, method, accesses, s.Auth.Revision())
 }
+
+// callerKey holds the authz.Info a request's caller was identified as.
+type callerKey struct{}
 
 // The accesses of each KV request, as kvd's own checks see them: a prev_kv
 // also reads what it returns.
