@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -241,5 +244,51 @@ func TestStartRefusesBadPlugins(t *testing.T) {
 				t.Fatalf("error %q does not name the plugin and %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestSpansAndNoSecrets(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tr := tp.Tracer("test")
+	h, err := Start([]Spec{
+		spec("sso", "authenticator", "--users", "alice:s3cret-pw:dev"),
+		spec("fence", "authorizer", "--deny", "/secret/"),
+	}, Options{Logger: zaptest.NewLogger(t), Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	ctx, parent := tr.Start(context.Background(), "kv.Put")
+	if _, ok, err := h.Password(ctx, "alice", "s3cret-pw"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, _, err := h.Token(ctx, "tok-alice"); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Authorize(ctx, Caller{User: "alice"}, "/etcdserverpb.KV/Put", []Access{{Write: true, Key: []byte("/secret/x")}}, 1)
+	parent.End()
+
+	got := map[string]string{}
+	for _, s := range rec.Ended() {
+		if s.Name() == "kv.Put" {
+			continue
+		}
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span %s is not inside the request's span", s.Name())
+		}
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.Emit()
+			if strings.Contains(a.Value.Emit(), "s3cret") || strings.Contains(a.Value.Emit(), "tok-alice") {
+				t.Errorf("span %s attribute %s holds a secret", s.Name(), a.Key)
+			}
+		}
+		got[s.Name()+"/"+attrs["kvd.auth_plugin.name"]] += attrs["kvd.auth_plugin.result"] + " "
+	}
+	want := map[string]string{"authplugin.authenticate/sso": "accept accept ", "authplugin.authorize/fence": "deny "}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("spans %v, want %v", got, want)
 	}
 }
