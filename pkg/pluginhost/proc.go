@@ -83,6 +83,7 @@ func (p *proc) launch() (*running, error) {
 		return nil, fmt.Errorf("command %q: %w", p.spec.Command, err)
 	}
 	cmd := exec.Command(path, p.spec.Args...)
+	dieWithParent(cmd)
 	// The configured env wins over kvd's own: go-plugin would append the
 	// host's environment after it.
 	cmd.Env = os.Environ()
