@@ -2,6 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -94,12 +99,25 @@ func TestPluginsHtpasswdCluster(t *testing.T) {
 		t.Errorf("/other after the denied puts: %v %v, want absent", resp, err)
 	}
 
+	// A token alice got from one member works on the others: the identity
+	// the plugin vouched for travels with it.
+	tokResp, err := c.ClientFor(t, m0).Authenticate(ctx, "alice", "alice-pw")
+	mustOK(t, "authenticate alice on m0", err)
+	for i, m := range members[1:] {
+		cli := plTokenClient(t, tokResp.Token, m.Endpoint())
+		if _, err := cli.Put(ctx, fmt.Sprintf("/app/token/%d", i), "v"); err != nil {
+			t.Errorf("put with alice's token from m0 on %s: %v", m.Name(), err)
+		}
+		_, err := cli.Put(ctx, "/other", "v")
+		wantErr(t, "put /other with alice's token from m0 on "+m.Name(), err, rpctypes.ErrPermissionDenied)
+	}
+
 	// dave (group ops) has role ops's permissions and nothing else.
 	dave := plMustUserClient(t, "dave", "dave-pw", m0)
 	if _, err := dave.Put(ctx, "/ops/x", "v"); err != nil {
 		t.Errorf("dave put /ops/x: %v", err)
 	}
-	_, err := dave.Put(ctx, "/app/x", "dave")
+	_, err = dave.Put(ctx, "/app/x", "dave")
 	wantErr(t, "dave put /app/x (not in group app)", err, rpctypes.ErrPermissionDenied)
 	_, err = dave.RoleList(ctx)
 	wantErr(t, "dave role list (not root)", err, rpctypes.ErrPermissionDenied)
@@ -145,4 +163,55 @@ func TestPluginsHtpasswdCluster(t *testing.T) {
 			t.Errorf("member %d exited: %v", i, werr)
 		}
 	}
+}
+
+// TestPluginsHtpasswdJWTToken: with kvd signing JWT tokens, the token an
+// htpasswd user gets carries the identity the plugin vouched for: it works
+// with etcdctl --auth-jwt-token, has the groups' roles and no more, and
+// still does after kvd restarts (without asking the plugin again: the
+// user is removed from the htpasswd file first).
+func TestPluginsHtpasswdJWTToken(t *testing.T) {
+	plSkipUnlessKVD(t)
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	mustOK(t, "key", err)
+	der, err := x509.MarshalECPrivateKey(key)
+	mustOK(t, "marshal key", err)
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	mustOK(t, "marshal public key", err)
+	priv, pub := filepath.Join(dir, "jwt.key"), filepath.Join(dir, "jwt.pub")
+	plWriteFile(t, priv, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})))
+	plWriteFile(t, pub, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})))
+	users, groups := filepath.Join(dir, "htpasswd"), filepath.Join(dir, "groups")
+	plWriteFile(t, users, plHtpasswdLine(t, "alice", "alice-pw"))
+	plWriteFile(t, groups, "app: alice\n")
+	cfg := harness.WritePluginConfig(t, harness.PluginSpec{
+		Name: "corp-htpasswd", Kind: "authenticator", Command: harness.PluginBinary(t, "htpasswd"),
+		Args: []string{"--file", users, "--groups", groups}, Timeout: 2 * time.Second,
+	})
+	args := append(plArgs(cfg), "--auth-token", "jwt,pub-key="+pub+",priv-key="+priv+",sign-method=ES256,ttl=10m")
+	p := harness.StartKVD(t, harness.Options{Engine: "bolt", Args: args})
+	admin := p.Client(t)
+	plEnableAuth(t, admin, func(ctx context.Context) error {
+		return plAddRole(ctx, admin, "app", "/app/", clientv3.PermissionType(clientv3.PermReadWrite))
+	})
+	ctx := testCtx(t)
+	resp, err := admin.Authenticate(ctx, "alice", "alice-pw")
+	mustOK(t, "authenticate alice", err)
+	tok := resp.Token
+	if strings.Count(tok, ".") != 2 {
+		t.Fatalf("alice's token %q is not a JWT", tok)
+	}
+	check := func(when string) {
+		t.Helper()
+		plWantCtlOK(t, "put /app/x with alice's JWT "+when, plEtcdctl(t, p.Endpoint(), "--auth-jwt-token", tok, "put", "/app/x", "1"), "OK")
+		plWantCtlOK(t, "get /app/x with alice's JWT "+when, plEtcdctl(t, p.Endpoint(), "--auth-jwt-token", tok, "get", "/app/x", "--print-value-only"), "1")
+		plWantCtlErr(t, "put /other with alice's JWT "+when, plEtcdctl(t, p.Endpoint(), "--auth-jwt-token", tok, "put", "/other", "1"), "etcdserver: permission denied")
+	}
+	check("")
+	plWriteFile(t, users, plHtpasswdLine(t, "someone-else", "pw"))
+	p.Restart()
+	check("after a restart")
+	r := plEtcdctl(t, p.Endpoint(), "--user", "alice:alice-pw", "get", "/app/x")
+	plWantCtlErr(t, "alice's password once she left the htpasswd file", r, "etcdserver: authentication failed, invalid user ID or password")
 }
