@@ -80,7 +80,8 @@ func oidcClaims(user string, groups []string, ttl time.Duration) jwt.MapClaims {
 	}
 }
 
-// TestPluginsOIDC: the oidc authenticator plugin with keys made here. A
+// TestPluginsOIDC: the oidc authenticator plugin with keys made here, on 3
+// members (each verifies tokens with its own plugin). A
 // valid token of the issuer works with etcdctl --auth-jwt-token and with
 // clientv3's Token, its groups claim naming kvd's role; a token that is
 // expired, signed by another key, for another audience or of another
@@ -98,23 +99,27 @@ func TestPluginsOIDC(t *testing.T) {
 		Args:    []string{"--issuer", oidcIssuer, "--audience", oidcAudience, "--jwks-file", keys},
 		Timeout: 2 * time.Second,
 	})
-	p := harness.StartKVD(t, harness.Options{Engine: "bolt", Args: plArgs(cfg)})
-	admin := p.Client(t)
+	c := harness.StartCluster(t, 3, harness.ClusterOptions{Engine: "bolt", Args: plArgs(cfg)})
+	m := c.Members()
+	ep0, ep1, ep2 := m[0].Endpoint(), m[1].Endpoint(), m[2].Endpoint()
+	admin := c.Client(t)
 	plEnableAuth(t, admin, func(ctx context.Context) error {
 		if _, err := admin.Put(ctx, "/app/seed", "s"); err != nil {
 			return err
 		}
 		return plAddRole(ctx, admin, "app", "/app/", clientv3.PermissionType(clientv3.PermReadWrite))
 	})
-	root := plMustUserClient(t, "root", plRootPW, p.Endpoint())
+	root := plMustUserClient(t, "root", plRootPW, c.Endpoints()...)
 	ctx := testCtx(t)
-	ep := p.Endpoint()
 
 	carol := good.sign(t, oidcClaims("carol", []string{"app", "no-such-role"}, 10*time.Minute))
-	plWantCtlOK(t, "carol put /app/x", plEtcdctl(t, ep, "--auth-jwt-token", carol, "put", "/app/x", "1"), "OK")
-	plWantCtlOK(t, "carol get /app/x", plEtcdctl(t, ep, "--auth-jwt-token", carol, "get", "/app/x", "--print-value-only"), "1")
-	plWantCtlErr(t, "carol put /other", plEtcdctl(t, ep, "--auth-jwt-token", carol, "put", "/other", "1"), "etcdserver: permission denied")
-	cli := plTokenClient(t, carol, ep)
+	// Each member's own plugin verifies the token.
+	plWantCtlOK(t, "carol put /app/x on m1", plEtcdctl(t, ep1, "--auth-jwt-token", carol, "put", "/app/x", "1"), "OK")
+	for _, ep := range c.Endpoints() {
+		plWantCtlOK(t, "carol get /app/x on "+ep, plEtcdctl(t, ep, "--auth-jwt-token", carol, "get", "/app/x", "--print-value-only"), "1")
+	}
+	plWantCtlErr(t, "carol put /other on m0", plEtcdctl(t, ep0, "--auth-jwt-token", carol, "put", "/other", "1"), "etcdserver: permission denied")
+	cli := plTokenClient(t, carol, ep2)
 	if _, err := cli.Put(ctx, "/app/y", "2"); err != nil {
 		t.Errorf("clientv3 with carol's token: put /app/y: %v", err)
 	}
@@ -125,7 +130,7 @@ func TestPluginsOIDC(t *testing.T) {
 	// A valid token whose groups are no kvd role: identified, permitted
 	// nothing.
 	erin := good.sign(t, oidcClaims("erin", []string{"nobody"}, 10*time.Minute))
-	plWantCtlErr(t, "erin (no role) get /app/x", plEtcdctl(t, ep, "--auth-jwt-token", erin, "get", "/app/x"), "etcdserver: permission denied")
+	plWantCtlErr(t, "erin (no role) get /app/x", plEtcdctl(t, ep1, "--auth-jwt-token", erin, "get", "/app/x"), "etcdserver: permission denied")
 
 	bad := map[string]string{
 		"expired":     good.sign(t, oidcClaims("carol", []string{"app"}, -time.Minute)),
@@ -142,9 +147,12 @@ func TestPluginsOIDC(t *testing.T) {
 		}()),
 		"not a JWT": "garbage-token",
 	}
+	i := 0
 	for what, tok := range bad {
-		plWantCtlErr(t, what+": etcdctl put", plEtcdctl(t, ep, "--auth-jwt-token", tok, "put", "/app/bad", what), "etcdserver: invalid auth token")
-		plWantCtlErr(t, what+": etcdctl get", plEtcdctl(t, ep, "--auth-jwt-token", tok, "get", "/app/x"), "etcdserver: invalid auth token")
+		ep := m[i%3].Endpoint()
+		i++
+		plWantCtlErr(t, what+": etcdctl put on "+ep, plEtcdctl(t, ep, "--auth-jwt-token", tok, "put", "/app/bad", what), "etcdserver: invalid auth token")
+		plWantCtlErr(t, what+": etcdctl get on "+ep, plEtcdctl(t, ep, "--auth-jwt-token", tok, "get", "/app/x"), "etcdserver: invalid auth token")
 		_, err := plTokenClient(t, tok, ep).Put(ctx, "/app/bad", what)
 		wantErr(t, what+": clientv3 put", err, rpctypes.ErrInvalidAuthToken)
 	}
@@ -162,7 +170,7 @@ func TestPluginsOIDC(t *testing.T) {
 	// the plugin has re-read the file.
 	plWriteFile(t, keys, jwks(t, good, other))
 	rotated := other.sign(t, oidcClaims("carol", []string{"app"}, 10*time.Minute))
-	rcli := plTokenClient(t, rotated, ep)
+	rcli := plTokenClient(t, rotated, ep2)
 	eventually(t, "token of the added key accepted", 10*time.Second, func() error {
 		_, err := rcli.Get(ctx, "/app/x")
 		return err

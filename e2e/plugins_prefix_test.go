@@ -12,7 +12,7 @@ import (
 	"github.com/kvd-dev/kvd/e2e/harness"
 )
 
-// TestPluginsPrefixAuthorizer: the prefix authorizer plugin confines kvd's
+// TestPluginsPrefixAuthorizer, on 3 members: the prefix authorizer plugin confines kvd's
 // own users, whose role allows all of /tenants/, to /tenants/<user>/: alice
 // may put, get, delete and watch there; another tenant's keys are
 // "permission denied" for a get, a put, a delete, a range covering both, a
@@ -28,8 +28,9 @@ func TestPluginsPrefixAuthorizer(t *testing.T) {
 		Args:     []string{"--root", "/tenants/"},
 		CacheTTL: plDuration(0),
 	})
-	p := harness.StartKVD(t, harness.Options{Engine: "bolt", Args: plArgs(cfg)})
-	admin := p.Client(t)
+	c := harness.StartCluster(t, 3, harness.ClusterOptions{Engine: "bolt", Args: plArgs(cfg)})
+	m := c.Members()
+	admin := c.Client(t)
 	plEnableAuth(t, admin, func(ctx context.Context) error {
 		if err := plAddRole(ctx, admin, "tenant", "/tenants/", clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 			return err
@@ -47,9 +48,11 @@ func TestPluginsPrefixAuthorizer(t *testing.T) {
 		_, err := admin.Put(ctx, "/tenants/bob/secret", "b")
 		return err
 	})
-	ep := p.Endpoint()
+	// alice on one member, bob on another, root on the third: each
+	// member's own authorizer decides for the requests it receives.
+	ep := m[1].Endpoint()
 	ctx := testCtx(t)
-	root := plMustUserClient(t, "root", plRootPW, ep)
+	root := plMustUserClient(t, "root", plRootPW, m[0].Endpoint())
 	alice := plMustUserClient(t, "alice", "alice-pw", ep)
 	denied := func(what string, err error) {
 		t.Helper()
@@ -111,7 +114,7 @@ func TestPluginsPrefixAuthorizer(t *testing.T) {
 	wcancel()
 
 	// bob in his own prefix, root anywhere.
-	bob := plMustUserClient(t, "bob", "bob-pw", ep)
+	bob := plMustUserClient(t, "bob", "bob-pw", m[2].Endpoint())
 	if resp, err := bob.Get(ctx, "/tenants/bob/secret"); err != nil || len(resp.Kvs) != 1 {
 		t.Errorf("bob get /tenants/bob/secret: %v %v", resp, err)
 	}
