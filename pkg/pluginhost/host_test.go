@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -19,22 +18,20 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvd-dev/kvd/pkg/pluginsdk/plugintest"
 )
 
 var testPlugin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pluginhost")
+	bin, cleanup, err := plugintest.Build("./internal/testplugin")
 	if err != nil {
 		panic(err)
 	}
-	testPlugin = filepath.Join(dir, "testplugin")
-	out, err := exec.Command("go", "build", "-o", testPlugin, "./internal/testplugin").CombinedOutput()
-	if err != nil {
-		panic(string(out))
-	}
+	testPlugin = bin
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/kvd-dev/kvd/pkg/pluginsdk"
+	"github.com/kvd-dev/kvd/plugins/internal/filewatch"
 )
 
 // reloadInterval is how often, at most, the files are stat'ed for changes.
@@ -108,26 +109,26 @@ func lines(data []byte) func(func(int, string) bool) {
 // authenticator checks user names and passwords against the htpasswd file
 // and maps users to groups with the optional group file.
 type authenticator struct {
-	users  *watchedFile[map[string][]byte]
-	groups *watchedFile[map[string][]string] // nil without --groups
+	users  *filewatch.File[map[string][]byte]
+	groups *filewatch.File[map[string][]string] // nil without --groups
 }
 
 // newAuthenticator loads both files; an error is a start-up error.
 func newAuthenticator(file, groupFile string, interval time.Duration, log hclog.Logger) (*authenticator, error) {
 	a := &authenticator{}
-	a.users = newWatchedFile(file, interval, log, func(data []byte) (map[string][]byte, error) {
+	a.users = filewatch.New(file, interval, log, func(data []byte) (map[string][]byte, error) {
 		users, skipped, err := parseHtpasswd(data)
 		for _, u := range skipped {
 			log.Warn("skipping an entry that is not a bcrypt hash (only bcrypt is accepted)", "user", u, "path", file)
 		}
 		return users, err
 	})
-	if err := a.users.load(); err != nil {
+	if err := a.users.Load(); err != nil {
 		return nil, fmt.Errorf("--file: %w", err)
 	}
 	if groupFile != "" {
-		a.groups = newWatchedFile(groupFile, interval, log, parseGroups)
-		if err := a.groups.load(); err != nil {
+		a.groups = filewatch.New(groupFile, interval, log, parseGroups)
+		if err := a.groups.Load(); err != nil {
 			return nil, fmt.Errorf("--groups: %w", err)
 		}
 	}
@@ -138,7 +139,7 @@ func (a *authenticator) Authenticate(_ context.Context, c pluginsdk.Credential) 
 	if c.Token != "" || c.User == "" {
 		return pluginsdk.Identity{}, pluginsdk.ErrAbstain
 	}
-	hash, ok := a.users.get()[c.User]
+	hash, ok := a.users.Get()[c.User]
 	if !ok {
 		return pluginsdk.Identity{}, pluginsdk.ErrAbstain
 	}
@@ -152,7 +153,7 @@ func (a *authenticator) Authenticate(_ context.Context, c pluginsdk.Credential) 
 	}
 	id := pluginsdk.Identity{User: c.User}
 	if a.groups != nil {
-		id.Groups = slices.Clone(a.groups.get()[c.User])
+		id.Groups = slices.Clone(a.groups.Get()[c.User])
 	}
 	return id, nil
 }

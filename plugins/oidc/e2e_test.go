@@ -11,54 +11,30 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
 
 	"github.com/kvd-dev/kvd/pkg/pluginsdk"
 	pb "github.com/kvd-dev/kvd/pkg/pluginsdk/authpluginpb"
+	"github.com/kvd-dev/kvd/pkg/pluginsdk/plugintest"
 )
 
 // pluginBin is the plugin built once for the package's tests.
 var pluginBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kvd-oidc-plugin")
+	bin, cleanup, err := plugintest.Build(".")
 	if err != nil {
 		panic(err)
 	}
-	pluginBin = filepath.Join(dir, "oidc")
-	build := exec.Command("go", "build", "-o", pluginBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		_ = os.RemoveAll(dir)
-		panic("building the plugin: " + err.Error())
-	}
+	pluginBin = bin
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
-// dispense starts the plugin binary as kvd does and returns its
-// authenticator client.
+// dispense starts the plugin binary as kvd does.
 func dispense(t *testing.T, args ...string) pb.AuthenticatorClient {
 	t.Helper()
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  pluginsdk.Handshake,
-		Plugins:          pluginsdk.PluginSet(),
-		Cmd:              exec.Command(pluginBin, args...),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: os.Stderr, Level: hclog.Warn}),
-	})
-	t.Cleanup(client.Kill)
-	rpc, err := client.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := rpc.Dispense(pluginsdk.KindAuthenticator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw.(pb.AuthenticatorClient)
+	return plugintest.Authenticator(t, pluginBin, args...)
 }
 
 func TestEndToEnd(t *testing.T) {

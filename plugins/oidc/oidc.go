@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvd-dev/kvd/pkg/pluginsdk"
+	"github.com/kvd-dev/kvd/plugins/internal/filewatch"
 )
 
 // reloadInterval is how often, at most, the JWKS file is stat'ed for
@@ -80,10 +81,10 @@ func newAuthenticator(cfg config, interval time.Duration, log hclog.Logger, now 
 	}
 	var keys oidc.KeySet
 	if cfg.jwksFile != "" {
-		w := newWatchedFile(cfg.jwksFile, interval, log, func(data []byte) ([]crypto.PublicKey, error) {
+		w := filewatch.New(cfg.jwksFile, interval, log, func(data []byte) ([]crypto.PublicKey, error) {
 			return parseJWKS(data, log)
 		})
-		if err := w.load(); err != nil {
+		if err := w.Load(); err != nil {
 			return nil, fmt.Errorf("--jwks-file: %w", err)
 		}
 		keys = fileKeySet{w}
@@ -207,16 +208,16 @@ func verifyError(err error) error {
 // fileKeySet is go-oidc's StaticKeySet over the current contents of the
 // JWKS file.
 type fileKeySet struct {
-	w *watchedFile[[]crypto.PublicKey]
+	w *filewatch.File[[]crypto.PublicKey]
 }
 
 func (s fileKeySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
-	payload, err := (&oidc.StaticKeySet{PublicKeys: s.w.get()}).VerifySignature(ctx, jwt)
+	payload, err := (&oidc.StaticKeySet{PublicKeys: s.w.Get()}).VerifySignature(ctx, jwt)
 	if err == nil {
 		return payload, nil
 	}
 	// Maybe signed with a key the file got since the last look.
-	if keys, changed := s.w.recheck(); changed {
+	if keys, changed := s.w.Recheck(); changed {
 		return (&oidc.StaticKeySet{PublicKeys: keys}).VerifySignature(ctx, jwt)
 	}
 	return nil, err
