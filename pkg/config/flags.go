@@ -183,6 +183,8 @@ func Parse(args []string) (*Config, error) {
 func Usage(w io.Writer) {
 	fs := newFlagSet(defaults(), &cli{})
 	fs.SetOutput(w)
-	fmt.Fprintf(w, "Usage: kvd [--config FILE] [flags]\n\nFlags given on the command line override the keys of the config file.\n\n")
+	fmt.Fprintf(w, "Usage: kvd [--config FILE] [flags]\n       kvd plugins check --config FILE\n\n"+
+		"Flags given on the command line override the keys of the config file.\n"+
+		"kvd plugins check starts the config's auth-plugins, checks their handshake and health, and stops them.\n\n")
 	fs.PrintDefaults()
 }
