@@ -1,7 +1,7 @@
 // Command go-readonly is an example kvd authorizer plugin written with
 // pkg/pluginsdk (docs/plugins.md): it denies every write to a key under
-// /readonly/ and has no objection to anything else. kvd's roles still
-// apply to what it allows.
+// /readonly/ by anyone without the root role, and has no objection to
+// anything else. kvd's roles still apply to what it allows.
 //
 //	go build -o bin/kvd-auth-readonly ./examples/plugins/go-readonly
 package main
@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/kvd-dev/kvd/pkg/pluginsdk"
 )
@@ -19,8 +20,12 @@ var prefix = []byte("/readonly/")
 type readonly struct{}
 
 // Authorize denies a request if any of its writes may touch a key under
-// prefix: a single key under it, or a range that overlaps it.
+// prefix: a single key under it, or a range that overlaps it. Callers with
+// kvd's root role may write there.
 func (readonly) Authorize(_ context.Context, r pluginsdk.Request) error {
+	if slices.Contains(r.Roles, "root") {
+		return nil
+	}
 	for _, a := range r.Accesses {
 		if a.Write && touches(a, prefix) {
 			return fmt.Errorf("%s may not write %q: keys under %q are read-only", r.User, a.Key, prefix)
