@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 // maxElectionTimeout is etcd's upper bound on election-timeout, in ms.
@@ -246,14 +247,20 @@ func validateAuthPlugins(ps []AuthPlugin) []error {
 		if p.Command == "" {
 			add("command: must not be empty")
 		}
+		// A bare number is nanoseconds (as in etcd's duration keys):
+		// "timeout: 2" would time out every call.
 		if p.Timeout <= 0 {
 			add("timeout %s: must be positive", p.Timeout)
+		} else if p.Timeout.Std() < time.Millisecond {
+			add("timeout %s: under 1ms, every call would time out (write a unit: 200ms)", p.Timeout)
 		}
 		if p.OnFailure != OnFailureDeny && p.OnFailure != OnFailureSkip {
 			add("on-failure %q: want %s or %s", p.OnFailure, OnFailureDeny, OnFailureSkip)
 		}
 		if p.CacheTTL != nil && *p.CacheTTL < 0 {
 			add("cache-ttl %s: must not be negative (0 disables caching)", *p.CacheTTL)
+		} else if p.CacheTTL != nil && *p.CacheTTL > 0 && p.CacheTTL.Std() < time.Millisecond {
+			add("cache-ttl %s: under 1ms, nothing would stay cached (write a unit: 5s; 0 disables caching)", *p.CacheTTL)
 		}
 		keys := make([]string, 0, len(p.Env))
 		for k := range p.Env {

@@ -15,7 +15,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -287,5 +290,56 @@ func TestSpansAndNoSecrets(t *testing.T) {
 	want := map[string]string{"authplugin.authenticate/sso": "accept accept ", "authplugin.authorize/fence": "deny "}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("spans %v, want %v", got, want)
+	}
+}
+
+func TestPluginOutput(t *testing.T) {
+	// A JSON line go-plugin's own reader would panic on, and plain lines:
+	// logged, never fatal.
+	core, logs := observer.New(zapcore.DebugLevel)
+	h, err := Start([]Spec{spec("noisy", "authorizer", "--stderr", `{"@message": 1, "@level": "warn", "plugin": "x"}`)},
+		Options{Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.Authorize(context.Background(), Caller{User: "a"}, "m", []Access{{Key: []byte("k")}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range logs.All() {
+		if e.Message == "1" && e.Level == zapcore.WarnLevel {
+			found = true
+			if e.ContextMap()["plugin"] != "noisy" || e.ContextMap()["plugin.plugin"] != "x" {
+				t.Errorf("fields %v: kvd's plugin name, the plugin's own field renamed", e.ContextMap())
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("the plugin's line is not in the log: %v", logs.All())
+	}
+
+	// A plugin that dies at start: kvd's error quotes what it said.
+	_, err = Start([]Spec{spec("dies", "authenticator", "--fail-start", "cannot read /etc/htpasswd")}, Options{Logger: zaptest.NewLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "cannot read /etc/htpasswd") {
+		t.Fatalf("start error %v does not quote the plugin's output", err)
+	}
+}
+
+func TestParseLogLine(t *testing.T) {
+	for _, c := range []struct {
+		line, msg string
+		lvl       zapcore.Level
+	}{
+		{`{"@level":"error","@message":"boom","@module":"m","n":1}`, "boom", zapcore.ErrorLevel},
+		{`{"@level":7,"@message":{"a":1}}`, "map[a:1]", zapcore.InfoLevel},
+		{`{"no":"message"}`, `{"no":"message"}`, zapcore.InfoLevel},
+		{`panic: runtime error`, `panic: runtime error`, zapcore.InfoLevel},
+		{`{not json`, `{not json`, zapcore.InfoLevel},
+	} {
+		msg, lvl, _ := parseLogLine(c.line)
+		if msg != c.msg || lvl != c.lvl {
+			t.Errorf("%s: %q %v, want %q %v", c.line, msg, lvl, c.msg, c.lvl)
+		}
 	}
 }

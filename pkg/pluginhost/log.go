@@ -12,15 +12,14 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// zapHCLog is the hclog.Logger go-plugin logs through: the plugin's own JSON
-// log lines and go-plugin's messages about the process both reach kvd's log
-// under the plugin's name, at their level.
+// zapHCLog is the hclog.Logger go-plugin logs its messages about the
+// process through, under the plugin's name. The plugin's own output is not
+// read through it (see stderrLog).
 type zapHCLog struct {
 	lg *zap.Logger
-	// output marks the logger go-plugin reads the plugin's stderr with: a
-	// line there that is not a JSON log line (a panic, a stray print) is
-	// logged at info, not hidden at debug as go-plugin would.
-	output bool
+	// off marks the logger go-plugin would read the plugin's stderr with:
+	// at level Off, go-plugin leaves the lines to stderrLog.
+	off bool
 	// stderrName is the name go-plugin gives that logger: the command's
 	// base name.
 	stderrName string
@@ -39,16 +38,22 @@ func (l *zapHCLog) fields(args []any) []zap.Field {
 			fs = append(fs, zap.Any("extra", all[i]))
 			break
 		}
-		fs = append(fs, zap.Any(fmt.Sprint(all[i]), all[i+1]))
+		key := fmt.Sprint(all[i])
+		if key == "plugin" {
+			// go-plugin's name for the command path; kvd's "plugin"
+			// field is the configured name.
+			key = "command"
+		}
+		fs = append(fs, zap.Any(key, all[i+1]))
 	}
 	return fs
 }
 
 func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
-	lvl := zapLevel(level)
-	if l.output && lvl == zapcore.DebugLevel && len(args) == 0 {
-		lvl = zapcore.InfoLevel
+	if l.off {
+		return
 	}
+	lvl := zapLevel(level)
 	if ce := l.lg.Check(lvl, msg); ce != nil {
 		ce.Write(l.fields(args)...)
 	}
@@ -94,7 +99,7 @@ func (l *zapHCLog) Name() string { return "" }
 // after the command) and of its own parts (stdio, ...).
 func (l *zapHCLog) Named(name string) hclog.Logger {
 	c := *l
-	c.output = name == l.stderrName
+	c.off = name == l.stderrName
 	return &c
 }
 
@@ -102,8 +107,14 @@ func (l *zapHCLog) ResetNamed(name string) hclog.Logger { return l.Named(name) }
 
 func (l *zapHCLog) SetLevel(hclog.Level) {}
 
-// GetLevel lets go-plugin forward every line; zap filters by kvd's level.
-func (l *zapHCLog) GetLevel() hclog.Level { return hclog.Trace }
+// GetLevel lets go-plugin forward every message (zap filters by kvd's
+// level), except on the stderr logger, which is Off.
+func (l *zapHCLog) GetLevel() hclog.Level {
+	if l.off {
+		return hclog.Off
+	}
+	return hclog.Trace
+}
 
 func (l *zapHCLog) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
 	return log.New(l.StandardWriter(nil), "", 0)

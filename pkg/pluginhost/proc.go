@@ -91,6 +91,7 @@ func (p *proc) launch() (*running, error) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	hl := newHCLog(p.lg, path)
+	out := &stderrLog{lg: p.lg}
 	c := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginsdk.Handshake,
 		Plugins:          pluginsdk.PluginSet(),
@@ -99,12 +100,16 @@ func (p *proc) launch() (*running, error) {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		StartTimeout:     startTimeout,
 		Logger:           hl,
+		Stderr:           out,
 		SyncStdout:       hl.StandardWriter(nil),
 		SyncStderr:       hl.StandardWriter(nil),
 	})
 	r, err := p.connect(c)
 	if err != nil {
 		c.Kill()
+		if t := out.tail(); t != "" {
+			err = fmt.Errorf("%w (plugin output: %s)", err, t)
+		}
 		return nil, err
 	}
 	return r, nil
@@ -155,7 +160,11 @@ func (p *proc) probe(r *running) error {
 		_, err = r.authz.Authorize(ctx, &pb.AuthorizeRequest{})
 	}
 	if status.Code(err) == codes.Unimplemented {
-		return fmt.Errorf("plugin does not serve the %s service (is it an %s?)", p.spec.Kind, p.spec.Kind)
+		other := pluginsdk.KindAuthenticator
+		if p.spec.Kind == pluginsdk.KindAuthenticator {
+			other = pluginsdk.KindAuthorizer
+		}
+		return fmt.Errorf("plugin does not serve the %s service (is it an %s?)", p.spec.Kind, other)
 	}
 	if err != nil {
 		return fmt.Errorf("first call: %w", err)
@@ -163,10 +172,17 @@ func (p *proc) probe(r *running) error {
 	return nil
 }
 
-// health is go-plugin's health check ("plugin" service), with a deadline.
+// health is go-plugin's health check ("plugin" service), with a deadline:
+// anything but SERVING is unhealthy.
 func health(ctx context.Context, conn *grpc.ClientConn) error {
-	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
-	return err
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	if err != nil {
+		return err
+	}
+	if s := resp.GetStatus(); s != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("health status %s", s)
+	}
+	return nil
 }
 
 // start launches the first process; the member does not start without it.

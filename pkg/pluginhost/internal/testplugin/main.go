@@ -28,10 +28,19 @@ var (
 	emptyID  = flag.Bool("empty-identity", false, "accept every credential with an empty user name")
 	version  = flag.Int("protocol-version", pluginsdk.ProtocolVersion, "handshake protocol version to announce")
 	countTo  = flag.String("count-file", "", "append one line per call (probe excluded) to this file")
+	stderr   = flag.String("stderr", "", "write this line to stderr at start")
+	failWith = flag.String("fail-start", "", "print this to stderr and exit 1 instead of serving")
 )
 
 func main() {
 	flag.Parse()
+	if *stderr != "" {
+		fmt.Fprintln(os.Stderr, *stderr)
+	}
+	if *failWith != "" {
+		fmt.Fprintln(os.Stderr, *failWith)
+		os.Exit(1)
+	}
 	hs := pluginsdk.Handshake
 	hs.ProtocolVersion = uint(*version)
 	var p plugin.Plugin
