@@ -46,7 +46,14 @@ func runPlugins(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s configures no auth-plugins\n", *path)
 		return 0
 	}
-	h, err := pluginhost.Start(server.PluginSpecs(cfg), pluginhost.Options{})
+	// The plugins' warnings and errors go to stderr, beside the table.
+	lg, err := newLogger("warn")
+	if err != nil {
+		fmt.Fprintf(stderr, "kvd: %v\n", err)
+		return 1
+	}
+	defer func() { _ = lg.Sync() }()
+	h, err := pluginhost.Start(server.PluginSpecs(cfg), pluginhost.Options{Logger: lg})
 	if err != nil {
 		fmt.Fprintf(stderr, "kvd: %v\n", err)
 		return 1

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -64,8 +66,10 @@ type proc struct {
 
 func newProc(spec Spec, lg *zap.Logger, m *metrics) *proc {
 	return &proc{
-		spec:   spec,
-		lg:     lg.With(zap.String("plugin", spec.Name), zap.String("kind", spec.Kind)),
+		spec: spec,
+		// No stack traces: a plugin's error lines are about the plugin.
+		lg: lg.With(zap.String("plugin", spec.Name), zap.String("kind", spec.Kind)).
+			WithOptions(zap.AddStacktrace(zapcore.FatalLevel)),
 		m:      m,
 		tokens: newTTLCache[Identity](),
 		allows: newTTLCache[struct{}](),
@@ -107,6 +111,11 @@ func (p *proc) launch() (*running, error) {
 	r, err := p.connect(c)
 	if err != nil {
 		c.Kill()
+		if strings.Contains(err.Error(), "Unrecognized remote plugin message") {
+			// go-plugin's own text is a page of guesses; the plugin's
+			// last words, below, say more.
+			err = errors.New("handshake: the plugin printed no handshake line (it exited, or is not a kvd auth plugin)")
+		}
 		if t := out.tail(); t != "" {
 			err = fmt.Errorf("%w (plugin output: %s)", err, t)
 		}
