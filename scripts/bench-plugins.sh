@@ -37,6 +37,9 @@ usage: scripts/bench-plugins.sh [options]
                        (default all four; env BENCH_WORKLOADS); lat is
                        range-key-s from 1 client over 1 connection, the
                        latency a plugin adds without queueing
+      --put-keys N     the put workload's key space (default 10000, bench-auth.sh's;
+                       env BENCH_PUT_KEYS); the prefix authorizer's allows are
+                       cached per key (at most 8192 per plugin, for cache-ttl)
       --pprof DIR      also take a CPU profile of kvd (--enable-pprof,
                        /debug/pprof/profile for the measuring time) of every
                        workload into DIR
@@ -67,6 +70,7 @@ conns=${BENCH_CONNS:-10}
 configs=${BENCH_CONFIGS:-"builtin htpasswd prefix oidc prefix-nocache"}
 workloads=${BENCH_WORKLOADS:-"put range-key-s range-key-l lat"}
 port=${BENCH_PORT:-23890}
+put_keys=${BENCH_PUT_KEYS:-10000}
 kvd_rev=${KVD_REV:-}
 pprof_dir=""
 out=""
@@ -84,6 +88,7 @@ while [ $# -gt 0 ]; do
 	--configs) configs=$2; shift 2 ;;
 	--workloads) workloads=$2; shift 2 ;;
 	--pprof) pprof_dir=$2; shift 2 ;;
+	--put-keys) put_keys=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--kvd-rev) kvd_rev=$2; shift 2 ;;
 	-o | --out) out=$2; shift 2 ;;
@@ -93,9 +98,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-for v in rounds clients conns; do
+for v in rounds clients conns put_keys; do
 	case ${!v} in
-	'' | *[!0-9]* | 0) echo "bench-plugins.sh: --$v must be a positive integer, got '${!v}'" >&2; exit 1 ;;
+	'' | *[!0-9]* | 0) echo "bench-plugins.sh: --${v//_/-} must be a positive integer, got '${!v}'" >&2; exit 1 ;;
 	esac
 done
 case $duration in *[!0-9]*s | '' | s) echo "bench-plugins.sh: --duration must be whole seconds (e.g. 4s), got '$duration'" >&2; exit 1 ;; esac
@@ -192,7 +197,7 @@ plugin_calls() {
 # (bench-auth.sh's, with every key under the tenant's prefix).
 workload_args() {
 	case $1 in
-	put) echo "put --key-prefix $tenant --key-size 8 --val-size 256 --key-space-size 10000" ;;
+	put) echo "put --key-prefix $tenant --key-size 8 --val-size 256 --key-space-size $put_keys" ;;
 	range-key-s | lat) echo "range --key ${tenant}key --preload 1 --val-size 256 --consistency s" ;;
 	range-key-l) echo "range --key ${tenant}key --preload 1 --val-size 256 --consistency l" ;;
 	esac
@@ -513,6 +518,7 @@ tables() {
 	local of_rounds=""
 	[ "$rounds" -gt 1 ] && of_rounds=", medians of $rounds rounds (req/s: min–max in brackets)"
 	echo "$clients clients over $conns connections (lat: 1 over 1), single kvd member (bolt, fsync on) on loopback," \
+		"puts over $put_keys keys," \
 		"$duration per workload after $warmup warm-up$of_rounds; bcrypt cost 10; started $started_at;" \
 		"$(nproc 2>/dev/null || echo "?") CPUs (load average at start $load_at_start), $(go env GOVERSION)," \
 		"kvd ${kvd_rev:-$(git rev-parse --short HEAD 2>/dev/null || echo "?") (working tree)}."
