@@ -3,6 +3,7 @@ package pluginhost
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -39,22 +40,23 @@ func (h *Host) Password(ctx context.Context, user, password string) (id Identity
 
 // Token asks the authenticators, in order, about a token kvd did not mint.
 // An accepted token is remembered (by its hash) for the accepting plugin's
-// cache-ttl, never past its expiry. ok is false when none claimed it; a
+// cache-ttl, never past its expiry. The cache keeps the token's SHA-256,
+// never the token; logs show the hash's first 6 bytes, as authz logs it. ok is false when none claimed it; a
 // rejection is etcd's "invalid auth token".
 func (h *Host) Token(ctx context.Context, token string) (id Identity, ok bool, err error) {
 	if !h.HasAuthenticators() {
 		return Identity{}, false, nil
 	}
-	key := tokenKey(token)
+	key := sha256.Sum256([]byte(token))
 	now := time.Now()
 	for _, p := range h.authenticators {
 		if id, ok := p.tokens.get(key, 0, now); ok {
-			h.m.hits.WithLabelValues(p.spec.Name, p.spec.Kind).Inc()
+			p.hits.Inc()
 			return id, true, nil
 		}
 	}
 	req := &pb.AuthenticateRequest{Credential: &pb.AuthenticateRequest_Token{Token: token}}
-	id, ok, err = h.authenticate(ctx, req, rpctypes.ErrGRPCInvalidAuthToken, zap.String("token-fingerprint", fingerprint(key)))
+	id, ok, err = h.authenticate(ctx, req, rpctypes.ErrGRPCInvalidAuthToken, zap.String("token-fingerprint", hex.EncodeToString(key[:6])))
 	if ok && err == nil {
 		p := h.byName(id.Plugin)
 		if ttl := p.spec.CacheTTL; ttl > 0 {
@@ -161,13 +163,3 @@ func decisionLabel(resp *pb.AuthenticateResponse) string {
 		return "reject"
 	}
 }
-
-// tokenKey is what the cache keeps of a token: its SHA-256, never the
-// token.
-func tokenKey(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return string(sum[:])
-}
-
-// fingerprint is what may be logged of a token, as authz logs it.
-func fingerprint(key string) string { return fmt.Sprintf("%x", key[:6]) }

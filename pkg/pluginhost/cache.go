@@ -10,10 +10,10 @@ const cacheSize = 8192
 
 // ttlCache remembers values for a while, forgets them all when the auth
 // revision it was filled at changes, and never holds more than cacheSize.
-type ttlCache[V any] struct {
+type ttlCache[K comparable, V any] struct {
 	mu  sync.Mutex
 	rev uint64
-	m   map[string]ttlEntry[V]
+	m   map[K]ttlEntry[V]
 }
 
 type ttlEntry[V any] struct {
@@ -21,11 +21,11 @@ type ttlEntry[V any] struct {
 	expires time.Time
 }
 
-func newTTLCache[V any]() *ttlCache[V] {
-	return &ttlCache[V]{m: make(map[string]ttlEntry[V])}
+func newTTLCache[K comparable, V any]() *ttlCache[K, V] {
+	return &ttlCache[K, V]{m: make(map[K]ttlEntry[V])}
 }
 
-func (c *ttlCache[V]) get(key string, rev uint64, now time.Time) (V, bool) {
+func (c *ttlCache[K, V]) get(key K, rev uint64, now time.Time) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var zero V
@@ -45,7 +45,7 @@ func (c *ttlCache[V]) get(key string, rev uint64, now time.Time) (V, bool) {
 	return e.v, true
 }
 
-func (c *ttlCache[V]) put(key string, v V, rev uint64, expires time.Time) {
+func (c *ttlCache[K, V]) put(key K, v V, rev uint64, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rev != c.rev {
@@ -61,7 +61,7 @@ func (c *ttlCache[V]) put(key string, v V, rev uint64, expires time.Time) {
 	c.m[key] = ttlEntry[V]{v: v, expires: expires}
 }
 
-func (c *ttlCache[V]) len() int {
+func (c *ttlCache[K, V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m)

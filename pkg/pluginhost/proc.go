@@ -2,6 +2,7 @@ package pluginhost
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -53,10 +55,12 @@ type proc struct {
 	cur  atomic.Pointer[running] // nil while the plugin is down
 	// lastErr says why the plugin is down, for the callers' errors.
 	lastErr atomic.Pointer[error]
-	// tokens (authenticators) and allows (authorizers) are the cached
-	// answers of this plugin.
-	tokens  *ttlCache[Identity]
-	allows  *ttlCache[struct{}]
+	// tokens (authenticators), allows and scopes (authorizers, by caller
+	// and method) are the cached answers of this plugin.
+	tokens  *ttlCache[[sha256.Size]byte, Identity]
+	allows  *ttlCache[string, struct{}]
+	scopes  *ttlCache[string, []scope]
+	hits    prometheus.Counter
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -71,8 +75,10 @@ func newProc(spec Spec, lg *zap.Logger, m *metrics) *proc {
 		lg: lg.With(zap.String("plugin", spec.Name), zap.String("kind", spec.Kind)).
 			WithOptions(zap.AddStacktrace(zapcore.FatalLevel)),
 		m:      m,
-		tokens: newTTLCache[Identity](),
-		allows: newTTLCache[struct{}](),
+		tokens: newTTLCache[[sha256.Size]byte, Identity](),
+		allows: newTTLCache[string, struct{}](),
+		scopes: newTTLCache[string, []scope](),
+		hits:   m.hits.WithLabelValues(spec.Name, spec.Kind),
 		kick:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),

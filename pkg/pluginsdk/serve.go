@@ -67,6 +67,15 @@ type Authorizer interface {
 	Authorize(ctx context.Context, r Request) error
 }
 
+// A Scoper is an Authorizer that can say how far an allow reaches: after
+// allowing r, Scope returns keys or ranges (each for reads or for writes)
+// within which the same caller, through the same method, would be allowed
+// anything too, so kvd does not ask again inside them for the plugin's
+// cache-ttl. Never return a scope wider than Authorize would allow.
+type Scoper interface {
+	Scope(r Request) []Access
+}
+
 // logger writes JSON lines to the process's real stderr, which kvd reads.
 // It is made at init: go-plugin's Serve later points os.Stderr elsewhere.
 var logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Debug})
@@ -144,5 +153,15 @@ func (s authorizerServer) Authorize(ctx context.Context, r *pb.AuthorizeRequest)
 	if err := s.a.Authorize(ctx, req); err != nil {
 		return &pb.AuthorizeResponse{Verdict: pb.Verdict_VERDICT_DENY, Reason: err.Error()}, nil
 	}
-	return &pb.AuthorizeResponse{Verdict: pb.Verdict_VERDICT_ALLOW}, nil
+	resp := &pb.AuthorizeResponse{Verdict: pb.Verdict_VERDICT_ALLOW}
+	if sc, ok := s.a.(Scoper); ok {
+		for _, a := range sc.Scope(req) {
+			acc := pb.Access_ACCESS_READ
+			if a.Write {
+				acc = pb.Access_ACCESS_WRITE
+			}
+			resp.Scopes = append(resp.Scopes, &pb.KeyAccess{Access: acc, Key: a.Key, RangeEnd: a.RangeEnd})
+		}
+	}
+	return resp, nil
 }

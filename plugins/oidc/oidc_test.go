@@ -426,7 +426,17 @@ func TestJWKSURL(t *testing.T) {
 	mu.Lock()
 	set = jwksJSON(t, pub(ecKey, "ec1", "ES256"), pub(rsaKey, "rsa1", "RS256"))
 	mu.Unlock()
-	if id, err := a.Authenticate(context.Background(), token(sign(t, jose.RS256, rsaKey, "rsa1", claims("dave")))); err != nil || id.User != "dave" {
-		t.Fatalf("after rotation: %+v, %v", id, err)
+	// go-oidc shares a fetch that has just finished with a caller that
+	// comes in before it clears it: such a caller sees the old set once.
+	rotated := token(sign(t, jose.RS256, rsaKey, "rsa1", claims("dave")))
+	for i := 0; ; i++ {
+		id, err := a.Authenticate(context.Background(), rotated)
+		if err == nil && id.User == "dave" {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("after rotation: %+v, %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -36,6 +36,19 @@ func (a authorizer) Authorize(_ context.Context, r pluginsdk.Request) error {
 	return nil
 }
 
+// Scope is how far an allow reaches (pluginsdk.Scoper): all of the
+// caller's prefix, for reads and writes (everything for root), so kvd
+// caches one decision per user and method rather than one per key.
+func (a authorizer) Scope(r pluginsdk.Request) []pluginsdk.Access {
+	if r.User == "root" || slices.Contains(r.Roles, "root") {
+		all := []byte{0}
+		return []pluginsdk.Access{{Key: nil, RangeEnd: all}, {Write: true, Key: nil, RangeEnd: all}}
+	}
+	p := []byte(a.root + r.User + "/")
+	end := prefixEnd(p)
+	return []pluginsdk.Access{{Key: p, RangeEnd: end}, {Write: true, Key: p, RangeEnd: end}}
+}
+
 // within says whether the access lies in [p, end).
 func within(a pluginsdk.Access, p, end []byte) bool {
 	inside := bytes.Compare(a.Key, p) >= 0 && bytes.Compare(a.Key, end) < 0

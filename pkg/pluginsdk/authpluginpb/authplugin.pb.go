@@ -598,7 +598,14 @@ type AuthorizeResponse struct {
 	Verdict Verdict                `protobuf:"varint,1,opt,name=verdict,proto3,enum=kvd.authplugin.v1.Verdict" json:"verdict,omitempty"`
 	// reason is logged by kvd with DENY; the client sees etcd's
 	// "permission denied".
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// scopes, with ALLOW, say how far the allow reaches: for the plugin's
+	// cache-ttl, kvd lets the same caller (user, roles, authenticator) make
+	// through the same method any access of a scope's kind within the scope's
+	// key or range without asking again (until the auth revision changes).
+	// Without scopes kvd remembers the allow of exactly the accesses asked.
+	// A scope must not be wider than what the plugin would allow.
+	Scopes        []*KeyAccess `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +654,13 @@ func (x *AuthorizeResponse) GetReason() string {
 	return ""
 }
 
+func (x *AuthorizeResponse) GetScopes() []*KeyAccess {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
 var File_authplugin_v1_authplugin_proto protoreflect.FileDescriptor
 
 const file_authplugin_v1_authplugin_proto_rawDesc = "" +
@@ -677,10 +691,11 @@ const file_authplugin_v1_authplugin_proto_rawDesc = "" +
 	"\x10AuthorizeRequest\x127\n" +
 	"\bidentity\x18\x01 \x01(\v2\x1b.kvd.authplugin.v1.IdentityR\bidentity\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x128\n" +
-	"\baccesses\x18\x03 \x03(\v2\x1c.kvd.authplugin.v1.KeyAccessR\baccesses\"a\n" +
+	"\baccesses\x18\x03 \x03(\v2\x1c.kvd.authplugin.v1.KeyAccessR\baccesses\"\x97\x01\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x1a.kvd.authplugin.v1.VerdictR\averdict\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*d\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x124\n" +
+	"\x06scopes\x18\x03 \x03(\v2\x1c.kvd.authplugin.v1.KeyAccessR\x06scopes*d\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_ACCEPT\x10\x01\x12\x13\n" +
@@ -733,15 +748,16 @@ var file_authplugin_v1_authplugin_proto_depIdxs = []int32{
 	6, // 3: kvd.authplugin.v1.AuthorizeRequest.identity:type_name -> kvd.authplugin.v1.Identity
 	7, // 4: kvd.authplugin.v1.AuthorizeRequest.accesses:type_name -> kvd.authplugin.v1.KeyAccess
 	2, // 5: kvd.authplugin.v1.AuthorizeResponse.verdict:type_name -> kvd.authplugin.v1.Verdict
-	3, // 6: kvd.authplugin.v1.Authenticator.Authenticate:input_type -> kvd.authplugin.v1.AuthenticateRequest
-	8, // 7: kvd.authplugin.v1.Authorizer.Authorize:input_type -> kvd.authplugin.v1.AuthorizeRequest
-	5, // 8: kvd.authplugin.v1.Authenticator.Authenticate:output_type -> kvd.authplugin.v1.AuthenticateResponse
-	9, // 9: kvd.authplugin.v1.Authorizer.Authorize:output_type -> kvd.authplugin.v1.AuthorizeResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	7, // 6: kvd.authplugin.v1.AuthorizeResponse.scopes:type_name -> kvd.authplugin.v1.KeyAccess
+	3, // 7: kvd.authplugin.v1.Authenticator.Authenticate:input_type -> kvd.authplugin.v1.AuthenticateRequest
+	8, // 8: kvd.authplugin.v1.Authorizer.Authorize:input_type -> kvd.authplugin.v1.AuthorizeRequest
+	5, // 9: kvd.authplugin.v1.Authenticator.Authenticate:output_type -> kvd.authplugin.v1.AuthenticateResponse
+	9, // 10: kvd.authplugin.v1.Authorizer.Authorize:output_type -> kvd.authplugin.v1.AuthorizeResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_authplugin_v1_authplugin_proto_init() }

@@ -22,6 +22,7 @@ var (
 	kind     = flag.String("kind", "authenticator", "authenticator or authorizer")
 	users    = flag.String("users", "", "user:password:group1+group2,... the authenticator accepts; a token \"tok-<user>\" is that user's")
 	deny     = flag.String("deny", "", "key prefix the authorizer denies")
+	scopeTo  = flag.String("scope", "", "an allow reaches every key under this prefix (reads and writes)")
 	hangFile = flag.String("hang-file", "", "while this file exists, calls hang")
 	exitFile = flag.String("exit-file", "", "a call made while this file exists kills the process")
 	garbage  = flag.Bool("garbage", false, "answer with an unspecified decision or verdict")
@@ -158,5 +159,13 @@ func (authz) Authorize(ctx context.Context, r *pb.AuthorizeRequest) (*pb.Authori
 			return &pb.AuthorizeResponse{Verdict: pb.Verdict_VERDICT_DENY, Reason: "key under " + *deny}, nil
 		}
 	}
-	return &pb.AuthorizeResponse{Verdict: pb.Verdict_VERDICT_ALLOW}, nil
+	resp := &pb.AuthorizeResponse{Verdict: pb.Verdict_VERDICT_ALLOW}
+	if *scopeTo != "" {
+		end := []byte(*scopeTo)
+		end[len(end)-1]++
+		for _, acc := range []pb.Access{pb.Access_ACCESS_READ, pb.Access_ACCESS_WRITE} {
+			resp.Scopes = append(resp.Scopes, &pb.KeyAccess{Access: acc, Key: []byte(*scopeTo), RangeEnd: end})
+		}
+	}
+	return resp, nil
 }
