@@ -33,6 +33,10 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 			return nil, err
 		}
 	}
+	ctx, err := s.withCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	checked, err := s.readCheck(ctx, func(who authz.Info) error { return s.Auth.CheckRead(who, r.Key, r.RangeEnd) })
 	if err != nil {
 		return nil, err
@@ -112,6 +116,10 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 			if err := s.linearize(ctx); err != nil {
 				return nil, err
 			}
+		}
+		ctx, err := s.withCaller(ctx)
+		if err != nil {
+			return nil, err
 		}
 		checked, err := s.readCheck(ctx, func(who authz.Info) error { return apply.CheckTxn(s.Auth, who, r, nil) })
 		if err != nil {
@@ -196,10 +204,14 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 			return err
 		}
 	}
+	ctx, err := s.withCaller(ctx)
+	if err != nil {
+		return err
+	}
 	if _, err := s.readCheck(ctx, func(who authz.Info) error { return s.Auth.CheckRead(who, r.Key, r.RangeEnd) }); err != nil {
 		return err
 	}
-	ctx, err := s.authorize(ctx, methodRangeStream, rangeAccesses(r))
+	ctx, err = s.authorize(ctx, methodRangeStream, rangeAccesses(r))
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,19 @@ func (s *Server) authorize(ctx context.Context, method string, accesses []plugin
 // callerKey holds the authz.Info a request's caller was identified as.
 type callerKey struct{}
 
+// withCaller identifies the caller once, for a read that asks both kvd's
+// roles and the authorizers; without authorizers it does nothing.
+func (s *Server) withCaller(ctx context.Context) (context.Context, error) {
+	if !s.Plugins.HasAuthorizers() || s.Auth == nil || !s.Auth.Enabled() {
+		return ctx, nil
+	}
+	who, err := s.caller(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, callerKey{}, who), nil
+}
+
 // The accesses of each KV request, as kvd's own checks see them: a prev_kv
 // also reads what it returns.
 func rangeAccesses(r *pb.RangeRequest) []pluginhost.Access {
