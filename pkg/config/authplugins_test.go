@@ -45,7 +45,7 @@ func TestLoadAuthPlugins(t *testing.T) {
 		OnFailure: OnFailureDeny,
 		CacheTTL:  durp(5 * time.Second),
 	}, {
-		// Defaults: timeout 500ms, on-failure deny, cache-ttl 5s.
+		// Defaults: timeout 500ms (an authorizer's), on-failure deny, cache-ttl 5s.
 		Name:      "rbac",
 		Kind:      AuthPluginAuthorizer,
 		Command:   "kvd-authz",
@@ -112,6 +112,11 @@ func TestAuthPluginsCompleteIdempotent(t *testing.T) {
 	p := c.AuthPlugins[0]
 	if p.Timeout != DefaultAuthPluginTimeout || p.OnFailure != OnFailureSkip || *p.CacheTTL != 0 {
 		t.Errorf("after Complete: %+v (cache-ttl %v)", p, *p.CacheTTL)
+	}
+	c.AuthPlugins = []AuthPlugin{{Name: "sso", Kind: AuthPluginAuthenticator, Command: "sso"}}
+	c.Complete()
+	if got := c.AuthPlugins[0].Timeout; got != DefaultAuthenticatorPluginTimeout {
+		t.Errorf("an authenticator's default timeout: %v, want %v", got, DefaultAuthenticatorPluginTimeout)
 	}
 }
 

@@ -207,10 +207,14 @@ const (
 	OnFailureSkip = "skip"
 )
 
-// Auth plugin defaults, applied by Complete.
+// Auth plugin defaults, applied by Complete. An authorizer is on every
+// request's path, so a hung one must fail fast; an authenticator is asked
+// at login, where bcrypt checks of a burst of logins or a first fetch of
+// an identity provider's keys take longer.
 const (
-	DefaultAuthPluginTimeout  = Duration(500 * time.Millisecond)
-	DefaultAuthPluginCacheTTL = Duration(5 * time.Second)
+	DefaultAuthPluginTimeout          = Duration(500 * time.Millisecond)
+	DefaultAuthenticatorPluginTimeout = Duration(2 * time.Second)
+	DefaultAuthPluginCacheTTL         = Duration(5 * time.Second)
 )
 
 // AuthPlugin is one entry of the auth-plugins list: a process kvd starts and
@@ -231,7 +235,8 @@ type AuthPlugin struct {
 	// settings and secrets without putting them on its command line.
 	Env map[string]string `yaml:"env"`
 	// Timeout bounds each call, so a stuck plugin cannot stall requests;
-	// 0 or absent means DefaultAuthPluginTimeout.
+	// 0 or absent means DefaultAuthPluginTimeout (authorizers) or
+	// DefaultAuthenticatorPluginTimeout.
 	Timeout Duration `yaml:"timeout"`
 	// OnFailure is "deny" (the default: fail closed) or "skip" (go on as if
 	// the plugin had no opinion): what a call gets while the plugin is down
@@ -248,6 +253,9 @@ type AuthPlugin struct {
 func (p AuthPlugin) withDefaults() AuthPlugin {
 	if p.Timeout == 0 {
 		p.Timeout = DefaultAuthPluginTimeout
+		if p.Kind == AuthPluginAuthenticator {
+			p.Timeout = DefaultAuthenticatorPluginTimeout
+		}
 	}
 	if p.OnFailure == "" {
 		p.OnFailure = OnFailureDeny
