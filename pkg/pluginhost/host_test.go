@@ -28,16 +28,7 @@ import (
 
 var testPlugin string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := plugintest.Build("./internal/testplugin")
-	if err != nil {
-		panic(err)
-	}
-	testPlugin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { plugintest.Main(m, "./internal/testplugin", &testPlugin) }
 
 func spec(name, kind string, args ...string) Spec {
 	return Spec{Name: name, Kind: kind, Command: testPlugin, Args: append([]string{"--kind", kind}, args...),

@@ -20,16 +20,7 @@ import (
 // pluginBin is the plugin built once for the package's tests.
 var pluginBin string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := plugintest.Build(".")
-	if err != nil {
-		panic(err)
-	}
-	pluginBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { plugintest.Main(m, ".", &pluginBin) }
 
 // dispense starts the plugin binary as kvd does.
 func dispense(t *testing.T, args ...string) pb.AuthenticatorClient {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -12,16 +11,7 @@ import (
 
 var pluginBin string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := plugintest.Build(".")
-	if err != nil {
-		panic(err)
-	}
-	pluginBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { plugintest.Main(m, ".", &pluginBin) }
 
 // The example of docs/plugins.md, run as a process over the plugin
 // protocol.

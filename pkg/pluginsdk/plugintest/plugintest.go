@@ -35,6 +35,20 @@ func Build(pkg string) (bin string, cleanup func(), err error) {
 	return bin, cleanup, nil
 }
 
+// Main is a plugin test package's TestMain: it builds the main package
+// pkg, sets *bin to the binary, runs the tests and exits.
+func Main(m *testing.M, pkg string, bin *string) {
+	b, cleanup, err := Build(pkg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = b
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
 // Authenticator starts bin with args and returns its authenticator client;
 // the process is stopped when the test ends.
 func Authenticator(t testing.TB, bin string, args ...string) pb.AuthenticatorClient {
