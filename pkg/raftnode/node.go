@@ -35,9 +35,13 @@ type Config struct {
 	TickInterval   time.Duration
 	ElectionTicks  int
 	HeartbeatTicks int
-	Log            *raftlog.Log
-	Logger         *zap.Logger
-	Tracer         trace.Tracer
+	// PreVote enables raft's pre-vote phase (etcd's pre-vote, default
+	// true): a member that lost its leader first asks whether it could win
+	// before raising its term.
+	PreVote bool
+	Log     *raftlog.Log
+	Logger  *zap.Logger
+	Tracer  trace.Tracer
 	// Send delivers messages to other members; nil for a single member.
 	Send func([]*raftpb.Message)
 }
@@ -132,7 +136,7 @@ func New(cfg Config) (*Node, error) {
 		MaxUncommittedEntriesSize: 1 << 30,
 		MaxCommittedSizePerReady:  16 << 20,
 		CheckQuorum:               true,
-		PreVote:                   true,
+		PreVote:                   cfg.PreVote,
 		AsyncStorageWrites:        true,
 		Logger:                    raftLogger{lg.Named("raft").Sugar()},
 	}

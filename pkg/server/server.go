@@ -196,6 +196,7 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membershi
 		TickInterval:   c.HeartbeatDuration(),
 		ElectionTicks:  c.ElectionTicks(),
 		HeartbeatTicks: 1,
+		PreVote:        c.PreVote,
 		Log:            l,
 		Logger:         lg,
 		Tracer:         tr,
