@@ -174,8 +174,19 @@ func (p *precheck) put(req *pb.PutRequest) error {
 	return nil
 }
 
-// exists tells whether key exists at this point of the txn.
+// exists tells whether an ignore_value/ignore_lease put of key passes. etcd
+// checks such puts against the state before the txn, so a key the txn itself
+// put first is still missing ("key not found"). A key that existed but that
+// the txn deleted (and did not put again) before this point passes etcd's
+// check and panics its apply; kvd finds it missing.
 func (p *precheck) exists(key []byte) (bool, error) {
+	rr, err := p.r.Range(key, nil, mvcc.RangeOptions{})
+	if err != nil {
+		return false, ToGRPC(err)
+	}
+	if len(rr.KVs) == 0 {
+		return false, nil
+	}
 	putSeq := p.puts[string(key)]
 	delSeq := 0
 	for _, d := range p.dels {
@@ -183,14 +194,7 @@ func (p *precheck) exists(key []byte) (bool, error) {
 			delSeq = d.seq
 		}
 	}
-	if putSeq > 0 || delSeq > 0 {
-		return putSeq > delSeq, nil
-	}
-	rr, err := p.r.Range(key, nil, mvcc.RangeOptions{})
-	if err != nil {
-		return false, ToGRPC(err)
-	}
-	return len(rr.KVs) > 0, nil
+	return delSeq == 0 || putSeq > delSeq, nil
 }
 
 func inRange(k, key, end []byte) bool {
