@@ -83,9 +83,11 @@
 //
 // # Retention
 //
-// CreateSnapshot keeps the newest 5 snapshot files and deletes the oldest
-// WAL segments whose entries are all at or below the previous snapshot's
-// index and that hold no marker at or above it. The WAL therefore always
+// CreateSnapshot keeps the newest Options.MaxSnapshots snapshot files and
+// deletes the oldest WAL segments whose entries are all at or below the
+// previous snapshot's index and that hold no marker at or above it, while
+// more than Options.MaxWALs segments remain (etcd's max-snapshots and
+// max-wals; 0 keeps all). The WAL therefore always
 // reaches back to the previous snapshot, so a damaged newest snapshot file
 // can fall back to it. Segments are removed oldest first with a directory
 // fsync after each, so a crash never leaves a hole in the sequence. The

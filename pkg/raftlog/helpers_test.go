@@ -54,11 +54,30 @@ type testOpts struct {
 	// prealloc reserves segment space as kvd does; the tests that edit
 	// segments by file size leave it off.
 	prealloc bool
+	// maxSnaps and maxWALs are Options.MaxSnapshots and MaxWALs, except
+	// that 0 here means 5 snapshot files and 1 segment (remove every
+	// segment replay no longer needs), and -1 means 0 (keep all).
+	maxSnaps, maxWALs int
+}
+
+func (o testOpts) retention() (snaps, wals uint) {
+	pick := func(v, def int) uint {
+		switch {
+		case v == 0:
+			return uint(def)
+		case v < 0:
+			return 0
+		}
+		return uint(v)
+	}
+	return pick(o.maxSnaps, 5), pick(o.maxWALs, 1)
 }
 
 func openLog(t testing.TB, dir string, o testOpts) *Log {
 	t.Helper()
-	l, err := Open(Options{Dir: dir, SegmentSize: o.segmentSize, NoSync: !o.sync, Logger: testLogger(t), CatchUpEntries: o.catchUp, NoPreallocate: !o.prealloc})
+	snaps, wals := o.retention()
+	l, err := Open(Options{Dir: dir, SegmentSize: o.segmentSize, NoSync: !o.sync, Logger: testLogger(t), CatchUpEntries: o.catchUp, NoPreallocate: !o.prealloc,
+		MaxSnapshots: snaps, MaxWALs: wals})
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}

@@ -19,9 +19,6 @@ import (
 // DefaultSegmentSize is the segment size used when Options.SegmentSize is 0.
 const DefaultSegmentSize int64 = 64 << 20
 
-// snapFilesKept is how many snapshot files CreateSnapshot leaves on disk.
-const snapFilesKept = 5
-
 // Options configure a Log.
 type Options struct {
 	// Dir holds the WAL segments; snapshot files go in Dir/snap. Both are
@@ -42,6 +39,15 @@ type Options struct {
 	// through Storage, so a follower slightly behind gets entries instead of
 	// a snapshot (etcd's snapshot-catchup-entries). 0 keeps none.
 	CatchUpEntries uint64
+	// MaxSnapshots is how many snapshot files CreateSnapshot leaves on disk,
+	// newest first (etcd's max-snapshots); 0 keeps them all.
+	MaxSnapshots uint
+	// MaxWALs is how many WAL segments CreateSnapshot leaves on disk
+	// (etcd's max-wals); 0 keeps them all. As in etcd, a segment that
+	// recovery still needs is kept whatever the limit: only segments behind
+	// the previous snapshot are removed, oldest first, while more than
+	// MaxWALs remain.
+	MaxWALs uint
 	// OnFsync, if set, observes how long each WAL fdatasync took (etcd's
 	// etcd_disk_wal_fsync_duration_seconds). Writes that need no fsync, such
 	// as a new commit index alone, are not observed.
@@ -59,6 +65,8 @@ type Log struct {
 	segmentSize  int64
 	noSync       bool
 	catchUp      uint64
+	maxSnaps     uint
+	maxWALs      uint
 	noPrealloc   bool
 	onFsync      func(time.Duration)
 	// syncs counts WAL fdatasyncs (tests).
@@ -114,6 +122,8 @@ func Open(opts Options) (*Log, error) {
 		segmentSize: opts.SegmentSize,
 		noSync:      opts.NoSync,
 		catchUp:     opts.CatchUpEntries,
+		maxSnaps:    opts.MaxSnapshots,
+		maxWALs:     opts.MaxWALs,
 		noPrealloc:  opts.NoPreallocate,
 		onFsync:     opts.OnFsync,
 		lg:          lg.Named("raftlog"),
@@ -472,7 +482,10 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 	if err := l.removeSegments(obsolete); err != nil {
 		return fmt.Errorf("raftlog: create snapshot %s: %w", name, err)
 	}
-	removed, err := purgeSnapFiles(l.snapDir, snapFilesKept)
+	if l.maxSnaps == 0 {
+		return nil
+	}
+	removed, err := purgeSnapFiles(l.snapDir, int(l.maxSnaps))
 	if err != nil {
 		return fmt.Errorf("raftlog: create snapshot %s: %w", name, err)
 	}
@@ -488,11 +501,15 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 // snapshot at keep no longer needs: all their entries are at or below keep
 // and they hold no snapshot marker at or above keep (the marker that lets
 // recovery use that snapshot). Only a prefix qualifies, so the remaining
-// sequence has no hole, and never the current segment.
+// sequence has no hole, and never the current segment; and only as many as
+// leave maxWALs segments (none when maxWALs is 0).
 func (l *Log) obsoleteSegmentsLocked(keep uint64) []segment {
+	if l.maxWALs == 0 {
+		return nil
+	}
 	var out []segment
 	for _, s := range l.segs[:len(l.segs)-1] {
-		if s.maxEntry > keep || s.maxMarker >= keep {
+		if len(l.segs)-len(out) <= int(l.maxWALs) || s.maxEntry > keep || s.maxMarker >= keep {
 			break
 		}
 		out = append(out, s)

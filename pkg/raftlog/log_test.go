@@ -344,8 +344,8 @@ func TestSnapshotFilesKept(t *testing.T) {
 		}
 	}
 	files := snapFiles(t, dir)
-	if len(files) != snapFilesKept {
-		t.Fatalf("%d snapshot files kept, want %d: %v", len(files), snapFilesKept, files)
+	if len(files) != 5 {
+		t.Fatalf("%d snapshot files kept, want 5: %v", len(files), files)
 	}
 	if filepath.Base(files[len(files)-1]) != snapName(1, 100) {
 		t.Fatalf("newest snapshot file %s", files[len(files)-1])
