@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
@@ -59,6 +60,14 @@ type Config struct {
 	// Members, if set, is the member list conf changes and attribute
 	// updates change; nil: conf changes only reach raft.
 	Members *membership.Cluster
+	// Alarms, if set, is the alarm set: Alarm requests change it, and its
+	// NOSPACE and CORRUPT alarms refuse requests (alarm.go).
+	Alarms *alarms.Store
+	// Quota, if set, is checked as each put, txn and lease grant applies;
+	// one over it raises NOSPACE through RaiseNoSpace (which must not
+	// block: it proposes from another goroutine).
+	Quota        *alarms.Quota
+	RaiseNoSpace func()
 	// Events, if set, receives every event of a batch, in revision order,
 	// once the batch is visible to readers (the watch hub's feed). The slice
 	// is the callee's.
@@ -313,6 +322,20 @@ func (a *Applier) maybeSnapshot() error {
 func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) Result {
 	span := a.startSpan(req)
 	defer span.End()
+	if req.Alarm != nil {
+		return a.applyAlarm(b, req.Alarm)
+	}
+	if err := a.alarmRefusal(req); err != nil {
+		return Result{Err: err}
+	}
+	if a.overQuota(req) {
+		return a.quotaExceeded(a.applyChecked(b, req, index))
+	}
+	return a.applyChecked(b, req, index)
+}
+
+// applyChecked applies a request the raised alarms let through.
+func (a *Applier) applyChecked(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) Result {
 	if a.cfg.Auth != nil {
 		if authz.IsAuthRequest(req) {
 			return a.applyAuth(b, req, index)

@@ -35,10 +35,13 @@ const (
 	Lease   Bucket = "lease"
 	Auth    Bucket = "auth"
 	Members Bucket = "members"
+	// Alarm holds the raised alarms (etcd's "alarm" bucket): key a
+	// marshaled etcdserverpb.AlarmMember, value empty.
+	Alarm Bucket = "alarm"
 )
 
 // AllBuckets lists the buckets an engine creates on Open.
-var AllBuckets = []Bucket{Key, Meta, Lease, Auth, Members}
+var AllBuckets = []Bucket{Key, Meta, Lease, Auth, Members, Alarm}
 
 var (
 	// ErrClosed is returned by operations on a closed backend.
