@@ -95,7 +95,7 @@ type Config struct {
 	ForceNewCluster     bool   `yaml:"force-new-cluster"`
 
 	// QuotaBackendBytes is the backend size limit; 0 means
-	// DefaultQuotaBackendBytes.
+	// DefaultQuotaBackendBytes, a negative value no quota (etcd's).
 	QuotaBackendBytes int64 `yaml:"quota-backend-bytes"`
 	// BackendBatchInterval and BackendBatchLimit bound how long and how many
 	// applies share one backend commit; 0 means the engine's default.

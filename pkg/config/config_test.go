@@ -202,7 +202,6 @@ func TestValidateErrorsNameKey(t *testing.T) {
 		{"name with =", func(c *Config) { c.Name = "a=b" }, []string{"name", "a=b"}},
 		{"empty token", func(c *Config) { c.InitialClusterToken = "" }, []string{"initial-cluster-token"}},
 		{"zero snapshot count", func(c *Config) { c.SnapshotCount = 0 }, []string{"snapshot-count"}},
-		{"negative quota", func(c *Config) { c.QuotaBackendBytes = -1 }, []string{"quota-backend-bytes", "negative"}},
 		{"negative batch limit", func(c *Config) { c.BackendBatchLimit = -1 }, []string{"backend-batch-limit"}},
 		{"negative duration", func(c *Config) { c.GRPCKeepAliveTimeout = -1 }, []string{"grpc-keepalive-timeout"}},
 		{"zero txn ops", func(c *Config) { c.MaxTxnOps = 0 }, []string{"max-txn-ops"}},

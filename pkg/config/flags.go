@@ -40,7 +40,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "reject reconfiguration requests that would cause quorum loss")
 	fs.BoolVar(&c.ForceNewCluster, "force-new-cluster", c.ForceNewCluster, "force to create a new one member cluster")
 
-	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "raise alarms when backend size exceeds the given quota (0 defaults to 2 GiB)")
+	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "raise alarms when backend size exceeds the given quota (0 defaults to 2 GiB, negative disables the quota)")
 	fs.Var(&c.BackendBatchInterval, "backend-batch-interval", "maximum time before committing the backend transaction (0 is the engine default)")
 	fs.IntVar(&c.BackendBatchLimit, "backend-batch-limit", c.BackendBatchLimit, "maximum operations before committing the backend transaction (0 is the engine default)")
 	fs.UintVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "maximum number of operations permitted in a transaction")

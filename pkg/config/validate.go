@@ -94,9 +94,7 @@ func (c *Config) Validate() error {
 		add("initial-cluster-token", "must not be empty")
 	}
 
-	if v.QuotaBackendBytes < 0 {
-		add("quota-backend-bytes", "%d is negative", v.QuotaBackendBytes)
-	}
+	// A negative quota-backend-bytes disables the quota, as etcd's.
 	if v.BackendBatchInterval < 0 {
 		add("backend-batch-interval", "%s is negative", v.BackendBatchInterval)
 	}
