@@ -59,6 +59,10 @@ type Config struct {
 	ClientCertAuth bool
 	// BcryptCost hashes new passwords (bcrypt-cost).
 	BcryptCost int
+	// StrictReconfigCheck refuses member changes that would leave fewer
+	// voting members up than a quorum (strict-reconfig-check); without it
+	// they are proposed as asked.
+	StrictReconfigCheck bool
 }
 
 // Deps are the member's parts the API talks to.

@@ -236,6 +236,8 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		Version:         Version,
 		ClientCertAuth:  c.ClientTLS.ClientCertAuth,
 		BcryptCost:      int(c.BcryptCost),
+
+		StrictReconfigCheck: c.StrictReconfigCheck,
 	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins,
 		LeaderCreds: clientTLS.DialCredentials})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
