@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/api"
@@ -339,9 +338,8 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 		grpc.ChainStreamInterceptor(s.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(int(c.MaxRequestBytes) + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(math.MaxUint32),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: false}),
 	}
+	opts = append(opts, clientStreamOptions(c)...)
 	warnPlainWithTLS(lg, "listen-client-urls", "client-transport-security", c.ClientTLS, urls)
 	var (
 		tlsInfo *tlsconf.Info
