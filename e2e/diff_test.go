@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -26,6 +28,8 @@ import (
 const (
 	diffSeedsEnv = "KVD_E2E_DIFF_SEEDS" // comma-separated seeds, default "1,2,3"
 	diffOpsEnv   = "KVD_E2E_DIFF_OPS"   // ops per seed, default 1500
+	// KVD_E2E_DIFF_VERBOSE=1 (with -v) logs every request and both answers.
+	diffVerboseEnv = "KVD_E2E_DIFF_VERBOSE"
 )
 
 // TestDifferential runs one seeded random sequence of KV requests against the
@@ -67,11 +71,12 @@ const maxDiffMismatches = 5
 func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 	ref := harness.StartEtcd(t, harness.Options{})
 	sut := harness.StartKVD(t, harness.Options{Engine: engine})
-	refKV := pb.NewKVClient(ref.Client(t).ActiveConnection())
-	sutKV := pb.NewKVClient(sut.Client(t).ActiveConnection())
-	g := &opGen{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), rev: 1}
+	refKV := diffClientsOf(ref.Client(t).ActiveConnection())
+	sutKV := diffClientsOf(sut.Client(t).ActiveConnection())
+	g := &opGen{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), rev: 1, wide: true}
 	counts := map[string]int{}
 	mismatches := 0
+	verbose := os.Getenv(diffVerboseEnv) != ""
 	for i := range nops {
 		if i == nops/2 {
 			// Halfway, both members restart: what follows also checks
@@ -95,6 +100,27 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 		refResp, refErr := op.do(ctx, refKV)
 		s := <-sutc
 		cancel()
+		// etcd v3.7.3 panics on some requests (Txn shapes among them): a
+		// side that did not answer, or answered with a panic, may be on
+		// its way out; give it the time to exit so that a crash is
+		// reported as one. The reference crashing says nothing of the
+		// server under test, and the sequence cannot go on without it.
+		for _, side := range []struct {
+			p   *harness.Process
+			err error
+		}{{ref, refErr}, {sut, s.err}} {
+			if noAnswer(side.err) || isPanicErr(side.err) {
+				side.p.WaitExit(5 * time.Second)
+			}
+		}
+		if exited, how := ref.Exited(); exited || isPanicErr(refErr) {
+			t.Fatalf("seed %d op %d: the reference crashed (etcd exited: %v, %v; answer: %s) on\nop:   %s\n%s: %s\n(this says nothing about %s; the sequence cannot go on without a reference)",
+				seed, i, exited, how, fmtResult(refResp, refErr), op, sut.Label(), fmtResult(s.resp, s.err), sut.Label())
+		}
+		if exited, how := sut.Exited(); exited || isPanicErr(s.err) {
+			t.Fatalf("seed %d op %d: %s crashed (exited: %v, %v) on\nop:   %s\netcd: %s\n%s: %s",
+				seed, i, sut.Label(), exited, how, op, fmtResult(refResp, refErr), sut.Label(), fmtResult(s.resp, s.err))
+		}
 		// A timed-out op on both sides would compare equal and prove nothing.
 		for _, err := range []error{refErr, s.err} {
 			if code, _ := errCodeMsg(err); err != nil && (code == codes.DeadlineExceeded || code == codes.Canceled || code == codes.Unavailable) {
@@ -103,6 +129,9 @@ func runDifferential(t *testing.T, engine string, seed uint64, nops int) {
 				t.Fatalf("seed %d op %d: %s: no answer: %v (etcd error: %v; etcd process: %v, %s process: %v)",
 					seed, i, op, err, refErr, orRunning(refState), sut.Label(), orRunning(sutState))
 			}
+		}
+		if verbose {
+			t.Logf("seed %d op %d: %s\netcd: %s\n%s: %s", seed, i, op, fmtResult(refResp, refErr), sut.Label(), fmtResult(s.resp, s.err))
 		}
 		if why := diffResults(refResp, refErr, s.resp, s.err); why != "" {
 			mismatches++
@@ -217,6 +246,26 @@ func zeroMemberFields(m protoreflect.Message) {
 	})
 }
 
+// isPanicErr tells an answer that reports a server-side panic (a gRPC
+// Internal or Unknown error naming one) from an ordinary error.
+func isPanicErr(err error) bool {
+	if err == nil {
+		return false
+	}
+	code, msg := errCodeMsg(err)
+	return (code == codes.Internal || code == codes.Unknown) && strings.Contains(strings.ToLower(msg), "panic")
+}
+
+// diffClients are the services the differential sequence calls.
+type diffClients struct {
+	kv    pb.KVClient
+	lease pb.LeaseClient
+}
+
+func diffClientsOf(cc grpc.ClientConnInterface) diffClients {
+	return diffClients{kv: pb.NewKVClient(cc), lease: pb.NewLeaseClient(cc)}
+}
+
 // kvOp is one request of the random sequence; exactly one field is set.
 type kvOp struct {
 	rng     *pb.RangeRequest
@@ -225,6 +274,9 @@ type kvOp struct {
 	del     *pb.DeleteRangeRequest
 	txn     *pb.TxnRequest
 	compact *pb.CompactionRequest
+	grant   *pb.LeaseGrantRequest
+	revoke  *pb.LeaseRevokeRequest
+	rePut   bool // txn may put a key it deleted
 }
 
 func (o *kvOp) kind() string {
@@ -239,6 +291,10 @@ func (o *kvOp) kind() string {
 		return "delete"
 	case o.txn != nil:
 		return "txn"
+	case o.grant != nil:
+		return "grant"
+	case o.revoke != nil:
+		return "revoke"
 	default:
 		return "compact"
 	}
@@ -258,13 +314,18 @@ func (o *kvOp) String() string {
 		m = o.del
 	case o.txn != nil:
 		m = o.txn
+	case o.grant != nil:
+		m = o.grant
+	case o.revoke != nil:
+		m = o.revoke
 	default:
 		m = o.compact
 	}
 	return fmt.Sprintf("%s %v", o.kind(), m)
 }
 
-func (o *kvOp) do(ctx context.Context, kv pb.KVClient) (proto.Message, error) {
+func (o *kvOp) do(ctx context.Context, c diffClients) (proto.Message, error) {
+	kv := c.kv
 	switch {
 	case o.rng != nil && o.stream:
 		st, err := kv.RangeStream(ctx, o.rng)
@@ -290,6 +351,10 @@ func (o *kvOp) do(ctx context.Context, kv pb.KVClient) (proto.Message, error) {
 		return kv.DeleteRange(ctx, o.del)
 	case o.txn != nil:
 		return kv.Txn(ctx, o.txn)
+	case o.grant != nil:
+		return c.lease.LeaseGrant(ctx, o.grant)
+	case o.revoke != nil:
+		return c.lease.LeaseRevoke(ctx, o.revoke)
 	default:
 		return kv.Compact(ctx, o.compact)
 	}
@@ -302,7 +367,24 @@ type opGen struct {
 	rng       *rand.Rand
 	rev       int64
 	compacted int64
+	// wide widens the mix (TestDifferential's): leases granted and
+	// revoked with explicit IDs and named by puts and compares, more
+	// ignore_value/ignore_lease, keys_only and count_only with every sort
+	// and filter. The auth test keeps the narrow one.
+	wide bool
+	// rePutRevs are the revisions of txns that may have deleted a key and
+	// put it again. etcd v3.7.3 compacting at exactly such a revision
+	// keeps the new generation's revision in its index but deletes it from
+	// its backend; the next read of the key kills it ("range failed to
+	// find revision pair"). The wide mix compacts elsewhere.
+	rePutRevs map[int64]bool
 }
+
+// kvDiffLeaseIDs are the lease IDs the wide mix grants, revokes and names; 999
+// is never granted.
+var kvDiffLeaseIDs = []int64{1, 2, 3, 4, 5, 999}
+
+func (g *opGen) leaseID() int64 { return kvDiffLeaseIDs[g.intn(len(kvDiffLeaseIDs))] }
 
 func (g *opGen) observe(op *kvOp, resp proto.Message, err error) {
 	if err != nil {
@@ -319,8 +401,18 @@ func (g *opGen) observe(op *kvOp, resp proto.Message, err error) {
 		g.rev = max(g.rev, r.Header.Revision)
 	case *pb.TxnResponse:
 		g.rev = max(g.rev, r.Header.Revision)
+		if op.rePut {
+			if g.rePutRevs == nil {
+				g.rePutRevs = map[int64]bool{}
+			}
+			g.rePutRevs[r.Header.Revision] = true
+		}
 	case *pb.CompactionResponse:
 		g.compacted = op.compact.Revision
+	case *pb.LeaseGrantResponse:
+		g.rev = max(g.rev, r.Header.Revision)
+	case *pb.LeaseRevokeResponse:
+		g.rev = max(g.rev, r.Header.Revision)
 	}
 }
 
@@ -381,6 +473,9 @@ func (g *opGen) revision() int64 {
 }
 
 func (g *opGen) rangeReq(forStream bool) *pb.RangeRequest {
+	if g.wide {
+		return g.wideRangeReq(forStream)
+	}
 	r := &pb.RangeRequest{Key: g.key()}
 	r.RangeEnd = g.rangeEnd(r.Key)
 	if g.chance(0.4) {
@@ -415,7 +510,71 @@ func (g *opGen) rangeReq(forStream bool) *pb.RangeRequest {
 	return r
 }
 
+// wideRangeReq: keys_only and count_only often, with every sort target and
+// order, any mix of the four revision filters, limits, and revisions from
+// compacted to future.
+func (g *opGen) wideRangeReq(forStream bool) *pb.RangeRequest {
+	r := &pb.RangeRequest{Key: g.key()}
+	r.RangeEnd = g.rangeEnd(r.Key)
+	if g.chance(0.45) {
+		r.Limit = int64(g.intn(6))
+	}
+	r.Revision = g.revision()
+	r.Serializable = g.chance(0.3)
+	r.KeysOnly = g.chance(0.4)
+	r.CountOnly = g.chance(0.15)
+	custom, filter := 0.5, 0.15
+	if forStream {
+		custom, filter = 0.05, 0.03
+	}
+	if g.chance(custom) {
+		r.SortTarget = pb.RangeRequest_SortTarget(g.intn(5))
+		r.SortOrder = pb.RangeRequest_SortOrder(g.intn(3))
+	}
+	rev := func() int64 { return int64(g.intn(int(g.rev + 2))) }
+	if g.chance(filter) {
+		r.MinModRevision = rev()
+	}
+	if g.chance(filter) {
+		r.MaxModRevision = rev()
+	}
+	if g.chance(filter) {
+		r.MinCreateRevision = rev()
+	}
+	if g.chance(filter) {
+		r.MaxCreateRevision = rev()
+	}
+	return r
+}
+
+// widePutReq: ignore_value and ignore_lease on keys that may or may not
+// exist, leases that may or may not exist, now and then a request etcd
+// refuses before it reaches raft (a value with ignore_value, a lease with
+// ignore_lease).
+func (g *opGen) widePutReq() *pb.PutRequest {
+	r := &pb.PutRequest{Key: g.key(), Value: g.value(), PrevKv: g.chance(0.5)}
+	if g.chance(0.3) {
+		r.Lease = g.leaseID()
+	}
+	if g.chance(0.15) {
+		r.IgnoreValue = true
+		if !g.chance(0.05) {
+			r.Value = nil
+		}
+	}
+	if g.chance(0.12) {
+		r.IgnoreLease = true
+		if !g.chance(0.05) {
+			r.Lease = 0
+		}
+	}
+	return r
+}
+
 func (g *opGen) putReq() *pb.PutRequest {
+	if g.wide {
+		return g.widePutReq()
+	}
 	r := &pb.PutRequest{Key: g.key(), Value: g.value(), PrevKv: g.chance(0.5)}
 	switch {
 	case g.chance(0.06):
@@ -456,7 +615,11 @@ func (g *opGen) compare() *pb.Compare {
 	case pb.Compare_VALUE:
 		c.TargetUnion = &pb.Compare_Value{Value: g.value()}
 	case pb.Compare_LEASE:
-		c.TargetUnion = &pb.Compare_Lease{Lease: int64(g.intn(2))}
+		lease := int64(g.intn(2))
+		if g.wide && g.chance(0.6) {
+			lease = g.leaseID()
+		}
+		c.TargetUnion = &pb.Compare_Lease{Lease: lease}
 	}
 	return c
 }
@@ -488,6 +651,9 @@ func (g *opGen) txnReq(depth int) *pb.TxnRequest {
 }
 
 func (g *opGen) next() *kvOp {
+	if g.wide {
+		return g.wideNext()
+	}
 	switch n := g.intn(100); {
 	case n < 30:
 		return &kvOp{put: g.putReq()}
@@ -504,9 +670,85 @@ func (g *opGen) next() *kvOp {
 		}
 		return &kvOp{txn: r}
 	default:
-		rev := max(1, g.compacted-1) + int64(g.intn(int(g.rev-g.compacted)+3))
-		return &kvOp{compact: &pb.CompactionRequest{Revision: rev, Physical: g.chance(0.5)}}
+		return g.compactOp()
 	}
+}
+
+func (g *opGen) compactOp() *kvOp {
+	rev := max(1, g.compacted-1) + int64(g.intn(int(g.rev-g.compacted)+3))
+	for g.rePutRevs[rev] {
+		rev++
+	}
+	return &kvOp{compact: &pb.CompactionRequest{Revision: rev, Physical: g.chance(0.5)}}
+}
+
+func (g *opGen) wideNext() *kvOp {
+	switch n := g.intn(100); {
+	case n < 26:
+		return &kvOp{put: g.putReq()}
+	case n < 48:
+		return &kvOp{rng: g.rangeReq(false)}
+	case n < 53:
+		return &kvOp{rng: g.rangeReq(true), stream: true}
+	case n < 63:
+		return &kvOp{del: g.delReq()}
+	case n < 88:
+		r := g.txnReq(0)
+		return &kvOp{txn: r, rePut: clearIgnoresAfterDelete(r)}
+	case n < 91:
+		return g.compactOp()
+	case n < 96:
+		// Long TTLs: no lease expires within the sequence, as expiry
+		// timing differs between the two servers.
+		return &kvOp{grant: &pb.LeaseGrantRequest{ID: g.leaseID(), TTL: 3600}}
+	default:
+		return &kvOp{revoke: &pb.LeaseRevokeRequest{ID: g.leaseID()}}
+	}
+}
+
+// clearIgnoresAfterDelete drops ignore_value and ignore_lease from every put
+// of r that may run after a delete of its key in the same txn. etcd v3.7.3
+// checks those puts against the store before the txn, then finds the key
+// gone when it executes them and panics its apply loop (on every restart
+// too): see TestTxnDeleteFromKeyThenPutIgnoreValue. The walk is in execution
+// order over both branches, so it clears more than it must, never less. It
+// reports whether r may put a key it deleted (see opGen.rePutRevs).
+func clearIgnoresAfterDelete(r *pb.TxnRequest) (rePut bool) {
+	var dels []*pb.DeleteRangeRequest
+	var walk func(r *pb.TxnRequest)
+	walk = func(r *pb.TxnRequest) {
+		for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+			for _, op := range ops {
+				switch {
+				case op.GetRequestDeleteRange() != nil:
+					dels = append(dels, op.GetRequestDeleteRange())
+				case op.GetRequestPut() != nil:
+					p := op.GetRequestPut()
+					for _, d := range dels {
+						if deletes(d, p.Key) {
+							p.IgnoreValue, p.IgnoreLease = false, false
+							rePut = true
+						}
+					}
+				case op.GetRequestTxn() != nil:
+					walk(op.GetRequestTxn())
+				}
+			}
+		}
+	}
+	walk(r)
+	return rePut
+}
+
+// deletes tells whether d deletes key.
+func deletes(d *pb.DeleteRangeRequest, key []byte) bool {
+	switch {
+	case len(d.RangeEnd) == 0:
+		return bytes.Equal(key, d.Key)
+	case len(d.RangeEnd) == 1 && d.RangeEnd[0] == 0:
+		return bytes.Compare(key, d.Key) >= 0
+	}
+	return bytes.Compare(key, d.Key) >= 0 && bytes.Compare(key, d.RangeEnd) < 0
 }
 
 // txnHas reports whether pred holds for some op in the txn or its nested
@@ -547,4 +789,33 @@ func orRunning(exit error) any {
 		return "running"
 	}
 	return exit
+}
+
+func TestClearIgnoresAfterDelete(t *testing.T) {
+	put := func(k string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), IgnoreValue: true, IgnoreLease: true}}}
+	}
+	del := func(k, end string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), RangeEnd: []byte(end)}}}
+	}
+	before, single, ranged, fromKey, outside := put("a"), put("a"), put("b/1"), put("z"), put("c")
+	r := &pb.TxnRequest{
+		Success: []*pb.RequestOp{before, del("a", ""), single, {Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Success: []*pb.RequestOp{del("b/", "b0")}, Failure: []*pb.RequestOp{ranged}}}}},
+		Failure: []*pb.RequestOp{del("x", "\x00"), fromKey, outside},
+	}
+	if !clearIgnoresAfterDelete(r) {
+		t.Errorf("re-put not reported")
+	}
+	for name, c := range map[string]struct {
+		op      *pb.RequestOp
+		cleared bool
+	}{"before the delete": {before, false}, "single": {single, true}, "range": {ranged, true}, "from key": {fromKey, true}, "outside": {outside, false}} {
+		if p := c.op.GetRequestPut(); (!p.IgnoreValue && !p.IgnoreLease) != c.cleared {
+			t.Errorf("%s: %v, want cleared=%v", name, p, c.cleared)
+		}
+	}
+	if clearIgnoresAfterDelete(&pb.TxnRequest{Success: []*pb.RequestOp{put("a"), del("a", "")}}) {
+		t.Errorf("a put before the delete reported as a re-put")
+	}
 }

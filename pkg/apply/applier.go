@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -74,6 +75,9 @@ type Config struct {
 	Events func([]*mvccpb.Event)
 	Tracer trace.Tracer
 	Logger *zap.Logger
+	// WarningApplyDuration: an apply that takes longer is logged
+	// (warning-apply-duration; 0 logs every apply, as etcd).
+	WarningApplyDuration time.Duration
 }
 
 // Applier is the actor that applies committed entries to the MVCC store, one
@@ -319,9 +323,10 @@ func (a *Applier) maybeSnapshot() error {
 	return nil
 }
 
-func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) Result {
+func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) (res Result) {
 	span := a.startSpan(req)
 	defer span.End()
+	defer a.warnIfSlow(time.Now(), req, &res)
 	if req.Alarm != nil {
 		return a.applyAlarm(b, req.Alarm)
 	}

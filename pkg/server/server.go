@@ -288,6 +288,8 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			Events:        hub.Notify,
 			Tracer:        tr,
 			Logger:        lg.Named("apply"),
+
+			WarningApplyDuration: c.WarningApplyDuration.Std(),
 		}),
 	}
 	a.Expirer = newExpirer(c, n, lm, s, lg)

@@ -1,0 +1,57 @@
+package apply
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
+)
+
+// warning-apply-duration: an apply slower than it is logged as etcd logs
+// it; faster ones are not.
+func TestWarningApplyDuration(t *testing.T) {
+	for _, tc := range []struct {
+		limit time.Duration
+		warn  bool
+	}{{time.Nanosecond, true}, {time.Hour, false}} {
+		t.Run(tc.limit.String(), func(t *testing.T) {
+			st, err := mvcc.Open(enginetest.OpenT(t, enginetest.Names[0]), zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			core, logs := observer.New(zapcore.WarnLevel)
+			a := New(Config{Store: st, Registry: NewRegistry(), Applied: NewApplied(0), Logger: zap.New(core), WarningApplyDuration: tc.limit})
+			do(t, a, st, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("k"), Value: []byte("secret")}})
+
+			got := logs.FilterMessage("apply request took too long").All()
+			if !tc.warn {
+				if len(got) != 0 {
+					t.Fatalf("logged %v under a 1h limit", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d warnings, want 1: %v", len(got), logs.All())
+			}
+			f := got[0].ContextMap()
+			if f["took"] == nil || f["expected-duration"] != tc.limit || f["prefix"] != "" {
+				t.Errorf("fields %v", f)
+			}
+			req, _ := f["request"].(string)
+			if !strings.Contains(req, `key:"k"`) || strings.Contains(req, "secret") || !strings.Contains(req, "value_size:6") {
+				t.Errorf("request field %q: want etcd's loggable form (key, value size, no value)", req)
+			}
+			if resp, _ := f["response"].(string); !strings.HasPrefix(resp, "size:") {
+				t.Errorf("response field %q, want size:N", resp)
+			}
+		})
+	}
+}
