@@ -209,6 +209,12 @@ func TestValidateErrorsNameKey(t *testing.T) {
 		{"compaction mode", func(c *Config) { c.AutoCompactionMode = "daily" }, []string{"auto-compaction-mode", "daily"}},
 		{"compaction retention", func(c *Config) { c.AutoCompactionRetention = "a while" }, []string{"auto-compaction-retention", "a while"}},
 		{"revision retention", func(c *Config) { c.AutoCompactionMode, c.AutoCompactionRetention = "revision", "1h" }, []string{"auto-compaction-retention", "1h"}},
+		{"negative hours", func(c *Config) { c.AutoCompactionRetention = "-1" }, []string{"auto-compaction-retention", "-1"}},
+		{"negative retention duration", func(c *Config) { c.AutoCompactionRetention = "-5m" }, []string{"auto-compaction-retention", "-5m"}},
+		{"hours overflow", func(c *Config) { c.AutoCompactionRetention = "9999999999" }, []string{"auto-compaction-retention", "too long"}},
+		{"period below 10ns", func(c *Config) { c.AutoCompactionRetention = "9ns" }, []string{"auto-compaction-retention", "9ns"}},
+		{"negative revisions", func(c *Config) { c.AutoCompactionMode, c.AutoCompactionRetention = "revision", "-10" }, []string{"auto-compaction-retention", "-10"}},
+		{"empty mode", func(c *Config) { c.AutoCompactionMode = "" }, []string{"auto-compaction-mode"}},
 		{"auth token", func(c *Config) { c.AuthToken = "oauth" }, []string{"auth-token", "oauth"}},
 		{"bcrypt cost", func(c *Config) { c.BcryptCost = 2 }, []string{"bcrypt-cost"}},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, []string{"log-level", "loud"}},
@@ -270,6 +276,11 @@ func TestAutoCompaction(t *testing.T) {
 		{"periodic", "1", time.Hour, 0},
 		{"periodic", "30m", 30 * time.Minute, 0},
 		{"revision", "1000", 0, 1000},
+		{"revision", "0", 0, 0},
+		{"periodic", "2s", 2 * time.Second, 0},
+		{"periodic", " 10ns ", 10 * time.Nanosecond, 0},
+		{"periodic", "0s", 0, 0},
+		{"periodic", "", 0, 0},
 	} {
 		c := Default()
 		c.AutoCompactionMode, c.AutoCompactionRetention = tc.mode, tc.retention

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -196,6 +197,9 @@ func (c *Config) ElectionTicks() int {
 	return int(c.ElectionTimeout / c.HeartbeatInterval)
 }
 
+// minCompactionPeriod is the shortest periodic retention.
+const minCompactionPeriod = 10 * time.Nanosecond
+
 // AutoCompaction returns the periodic retention (mode periodic) or the
 // revisions kept (mode revision); both zero means auto compaction is off.
 func (c *Config) AutoCompaction() (period time.Duration, revisions int64, err error) {
@@ -209,11 +213,19 @@ func (c *Config) AutoCompaction() (period time.Duration, revisions int64, err er
 			if h < 0 {
 				return 0, 0, fmt.Errorf("auto-compaction-retention: negative %q", r)
 			}
+			if h > int64(math.MaxInt64/time.Hour) {
+				return 0, 0, fmt.Errorf("auto-compaction-retention: %q hours is too long", r)
+			}
 			return time.Duration(h) * time.Hour, 0, nil
 		}
 		d, err := time.ParseDuration(r)
 		if err != nil || d < 0 {
 			return 0, 0, fmt.Errorf("auto-compaction-retention: %q is neither hours nor a duration such as \"30m\"", r)
+		}
+		// The compactor samples every tenth of it (etcd divides by zero
+		// below 10ns).
+		if d > 0 && d < minCompactionPeriod {
+			return 0, 0, fmt.Errorf("auto-compaction-retention: %q is below %s", r, minCompactionPeriod)
 		}
 		return d, 0, nil
 	case CompactionRevision:
