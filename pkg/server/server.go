@@ -77,6 +77,7 @@ func Module() fx.Option {
 			newActors,
 		),
 		fx.Invoke(startActors, initialCorruptCheck, serveClients, serveMetrics, func(*transport.Transport) {}),
+		fx.Invoke(startCompactor),
 	)
 }
 
