@@ -48,9 +48,9 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "kvd: %v\n", err)
 		return 2
 	}
-	lg, err := newLogger(cfg.LogLevel)
+	lg, err := newLogger(cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "kvd: log-level: %v\n", err)
+		fmt.Fprintf(os.Stderr, "kvd: %v\n", err)
 		return 2
 	}
 	defer func() { _ = lg.Sync() }()
@@ -93,19 +93,4 @@ func run(args []string) int {
 	}
 	lg.Info("kvd stopped", zap.Int("exit-code", exitCode))
 	return exitCode
-}
-
-func newLogger(level string) (*zap.Logger, error) {
-	lvl := zapcore.InfoLevel
-	if level != "" {
-		if err := lvl.UnmarshalText([]byte(level)); err != nil {
-			return nil, err
-		}
-	}
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	zc.Sampling = nil
-	zc.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	zc.OutputPaths = []string{"stderr"}
-	return zc.Build()
 }

@@ -47,7 +47,9 @@ func runPlugins(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	// The plugins' warnings and errors go to stderr, beside the table.
-	lg, err := newLogger("warn")
+	lc := *cfg
+	lc.LogLevel, lc.LogOutputs = "warn", []string{"stderr"}
+	lg, err := newLogger(&lc)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvd: %v\n", err)
 		return 1

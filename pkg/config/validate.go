@@ -3,10 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
+
+	"go.uber.org/zap/zapcore"
 )
 
 // maxElectionTimeout is etcd's upper bound on election-timeout, in ms.
@@ -109,6 +112,8 @@ func (c *Config) Validate() error {
 	}
 	if v.MaxConcurrentStreams == 0 {
 		add("max-concurrent-streams", "must be positive")
+	} else if v.MaxConcurrentStreams > math.MaxUint32 {
+		add("max-concurrent-streams", "%d is above the maximum of %d", v.MaxConcurrentStreams, uint32(math.MaxUint32))
 	}
 	for _, d := range []struct {
 		key string
@@ -143,14 +148,27 @@ func (c *Config) Validate() error {
 
 	errs = append(errs, validateAuthPlugins(v.AuthPlugins)...)
 
-	if !slices.Contains([]string{"debug", "info", "warn", "error", "dpanic", "panic", "fatal"}, v.LogLevel) {
+	// etcd parses the level with zap: upper case, dpanic and "" (info)
+	// pass too.
+	if _, err := zapcore.ParseLevel(v.LogLevel); err != nil {
 		add("log-level", "%q is not debug, info, warn, error, panic or fatal", v.LogLevel)
 	}
-	if v.LogFormat != "json" && v.LogFormat != "console" {
+	if v.LogFormat != "" && v.LogFormat != "json" && v.LogFormat != "console" {
 		add("log-format", "%q is not json or console", v.LogFormat)
 	}
 	if len(v.LogOutputs) == 0 {
 		add("log-outputs", "must not be empty")
+	}
+	for _, o := range v.LogOutputs {
+		switch {
+		case o == "":
+			add("log-outputs", "empty entry in %q", v.LogOutputs)
+		case o == "default" && len(v.LogOutputs) > 1:
+			// etcd's refusal: "default" may only stand alone.
+			add("log-outputs", "%q: multi logoutput for \"default\" is not supported; name stderr instead", v.LogOutputs)
+		case o == "systemd/journal":
+			add("log-outputs", "systemd/journal is not supported by kvd; use stderr, stdout or a file path")
+		}
 	}
 
 	errs = append(errs, v.Backend.validate()...)
