@@ -108,9 +108,12 @@ func (s *Store) Deactivate(w Writer, member uint64, at pb.AlarmType) *pb.AlarmMe
 	return &pb.AlarmMember{MemberID: member, Alarm: at}
 }
 
-// Get lists the alarms of type at, or every alarm for AlarmType_NONE, by
+// Get (nil-safe, as Has) lists the alarms of type at, or every alarm for AlarmType_NONE, by
 // type then member ID.
 func (s *Store) Get(at pb.AlarmType) []*pb.AlarmMember {
+	if s == nil {
+		return nil
+	}
 	s.mu.RLock()
 	out := make([]*pb.AlarmMember, 0, len(s.set))
 	for k := range s.set {
@@ -127,6 +130,9 @@ func (s *Store) Get(at pb.AlarmType) []*pb.AlarmMember {
 
 // Has reports whether member has raised alarm at.
 func (s *Store) Has(member uint64, at pb.AlarmType) bool {
+	if s == nil {
+		return false
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	_, ok := s.set[key{member, at}]

@@ -62,6 +62,9 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	s := k.s
 	ctx, span := s.span(ctx, "kv.Put")
 	defer span.End()
+	if err := s.checkQuota(ctx, r); err != nil {
+		return nil, err
+	}
 	if err := checkPut(r); err != nil {
 		return nil, err
 	}
@@ -108,6 +111,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	s := k.s
 	ctx, span := s.span(ctx, "kv.Txn")
 	defer span.End()
+	if err := s.checkQuota(ctx, r); err != nil {
+		return nil, err
+	}
 	if err := checkTxnTop(r, s.cfg.MaxTxnOps); err != nil {
 		return nil, err
 	}

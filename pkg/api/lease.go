@@ -30,6 +30,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	s := l.s
 	ctx, span := s.span(ctx, "lease.Grant")
 	defer span.End()
+	if err := s.checkQuota(ctx, r); err != nil {
+		return nil, err
+	}
 	// A server-chosen ID is positive, as etcd's.
 	for r.ID == 0 {
 		r.ID = int64(s.ids.next() & (1<<63 - 1))

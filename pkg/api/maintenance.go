@@ -36,13 +36,8 @@ func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 		StorageVersion:   storageVersion,
 		DbSizeQuota:      s.cfg.QuotaBytes,
 		DowngradeInfo:    &pb.DowngradeInfo{},
+		Errors:           s.statusErrors(),
 	}, nil
-}
-
-// Alarm: kvd raises no alarms yet (the quota alarm comes with space
-// accounting), so the list is always empty and deactivating is a no-op.
-func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	return &pb.AlarmResponse{Header: m.s.header(m.s.Store.Rev())}, nil
 }
 
 func (m *maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {

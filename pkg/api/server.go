@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
@@ -86,6 +87,10 @@ type Deps struct {
 	// Plugins are the auth plugins (authenticators asked in Authenticate,
 	// authorizers before a KV request is proposed or read); nil: none.
 	Plugins *pluginhost.Host
+	// Alarms is the replicated alarm set (Alarm, Status errors); Quota
+	// is what Put, Txn and LeaseGrant are checked against first. nil: none.
+	Alarms *alarms.Store
+	Quota  *alarms.Quota
 	// LeaderCreds chooses the credentials to reach another member's client
 	// URL (lease and promote calls only the leader answers); nil: no TLS.
 	LeaderCreds func(url string) (credentials.TransportCredentials, error)

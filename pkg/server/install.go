@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
+	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -34,6 +35,7 @@ type snapshotInstaller struct {
 	cl      *membership.Cluster
 	leases  *leasemgr.Manager
 	auth    *authz.Store
+	alarms  *alarms.Store
 	hub     *watchhub.Hub
 	link    *peerLink
 	applier *apply.Applier
@@ -71,6 +73,11 @@ func (i *snapshotInstaller) install(ctx context.Context, snap *raftpb.Snapshot) 
 		}
 		if err := i.auth.Load(i.st.AuthRecords); err != nil {
 			return err
+		}
+		if i.alarms != nil {
+			if err := i.alarms.Load(i.st.AlarmRecords); err != nil {
+				return err
+			}
 		}
 		i.hub.Resync()
 		i.lg.Info("backend replaced by the leader's snapshot", zap.Uint64("index", index),

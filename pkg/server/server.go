@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/api"
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/authz"
@@ -73,6 +74,8 @@ func Module() fx.Option {
 			newMetrics,
 			newDiskHistograms,
 			watchhub.New,
+			newAlarms,
+			newQuota,
 			newAPI,
 			newActors,
 		),
@@ -212,7 +215,7 @@ func newWatchConfig(c *config.Config, st *mvcc.Store, mt *Metrics, lg *zap.Logge
 	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}, ProgressInterval: c.WatchProgressNotifyInterval.Std()}
 }
 
-func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, plugins *pluginhost.Host, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
+func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, plugins *pluginhost.Host, as *alarms.Store, q *alarms.Quota, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
 	// Calls only the leader answers are relayed to its client URL, which
 	// may be https: dial it as a client, with the client block.
 	clientTLS, err := tlsconf.ForClient(c, lg)
@@ -238,7 +241,7 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		BcryptCost:      int(c.BcryptCost),
 
 		StrictReconfigCheck: c.StrictReconfigCheck,
-	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins,
+	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins, Alarms: as, Quota: q,
 		LeaderCreds: clientTLS.DialCredentials})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
 	return s, nil
@@ -257,7 +260,7 @@ type Actors struct {
 }
 
 func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.Node, l *raftlog.Log, st *mvcc.Store, cl *membership.Cluster, link *peerLink,
-	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, s *api.Server, hub *watchhub.Hub, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
+	reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, s *api.Server, hub *watchhub.Hub, as *alarms.Store, q *alarms.Quota, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*Actors, error) {
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
@@ -286,6 +289,9 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			Leases:        lm,
 			Auth:          az,
 			Members:       cl,
+			Alarms:        as,
+			Quota:         q,
+			RaiseNoSpace:  s.RaiseNoSpace,
 			Events:        hub.Notify,
 			Tracer:        tr,
 			Logger:        lg.Named("apply"),
@@ -294,7 +300,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 		}),
 	}
 	a.Expirer = newExpirer(c, n, lm, s, lg)
-	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, auth: az, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
+	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, auth: az, alarms: as, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
 	wal.InstallSnapshot = inst.install
 	link.snapshotPoint = a.Applier.SnapshotPoint
 	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg, done: make(chan struct{})}
