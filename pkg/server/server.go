@@ -80,6 +80,7 @@ func Module() fx.Option {
 			newActors,
 		),
 		fx.Invoke(startActors, initialCorruptCheck, serveClients, serveMetrics, func(*transport.Transport) {}),
+		fx.Invoke(advanceElectionTicks),
 		fx.Invoke(startCompactor),
 	)
 }
