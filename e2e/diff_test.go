@@ -372,11 +372,12 @@ type opGen struct {
 	// ignore_value/ignore_lease, keys_only and count_only with every sort
 	// and filter. The auth test keeps the narrow one.
 	wide bool
-	// rePutRevs are the revisions of txns that may have deleted a key and
-	// put it again. etcd v3.7.3 compacting at exactly such a revision
-	// keeps the new generation's revision in its index but deletes it from
-	// its backend; the next read of the key kills it ("range failed to
-	// find revision pair"). The wide mix compacts elsewhere.
+	// rePutRevs are the revisions of txns that may have deleted a key (with
+	// a from-key delete) and put it again. etcd v3.7.3 compacting at
+	// exactly such a revision keeps the new generation's revision in its
+	// index but deletes it from its backend; the next read of the key
+	// kills it ("range failed to find revision pair"). The wide mix
+	// compacts elsewhere.
 	rePutRevs map[int64]bool
 }
 
@@ -710,9 +711,12 @@ func (g *opGen) wideNext() *kvOp {
 // of r that may run after a delete of its key in the same txn. etcd v3.7.3
 // checks those puts against the store before the txn, then finds the key
 // gone when it executes them and panics its apply loop (on every restart
-// too): see TestTxnDeleteFromKeyThenPutIgnoreValue. The walk is in execution
-// order over both branches, so it clears more than it must, never less. It
-// reports whether r may put a key it deleted (see opGen.rePutRevs).
+// too): see TestTxnDeleteFromKeyThenPutIgnoreValue. Only a from-key delete
+// gets there (etcd's duplicate-key check misses its interval; a put under
+// any other delete of the txn is refused as a duplicate key), but all are
+// cleared: the walk is in execution order over both branches, so it clears
+// more than it must, never less. It reports whether r may put a key it
+// deleted (see opGen.rePutRevs).
 func clearIgnoresAfterDelete(r *pb.TxnRequest) (rePut bool) {
 	var dels []*pb.DeleteRangeRequest
 	var walk func(r *pb.TxnRequest)
