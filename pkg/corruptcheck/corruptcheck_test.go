@@ -37,7 +37,9 @@ func (f *fakeHasher) PeerHashByRev(_ context.Context, rev int64) []PeerHash {
 
 func (f *fakeHasher) LinearizableReadNotify(context.Context) error { return f.readErr }
 
-func (f *fakeHasher) TriggerCorruptAlarm(_ context.Context, id uint64) { f.alarms = append(f.alarms, id) }
+func (f *fakeHasher) TriggerCorruptAlarm(_ context.Context, id uint64) {
+	f.alarms = append(f.alarms, id)
+}
 
 func peer(id uint64, rev, compact int64, hash uint32) PeerHash {
 	return PeerHash{ID: id, Resp: &pb.HashKVResponse{Header: &pb.ResponseHeader{Revision: rev, MemberId: id}, Hash: hash, CompactRevision: compact}}
