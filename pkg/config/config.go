@@ -117,8 +117,8 @@ type Config struct {
 	CompactionBatchLimit    int    `yaml:"compaction-batch-limit"`
 
 	// InitialCorruptCheck compares this member's hash with its peers' before
-	// serving. ExperimentalInitialCorruptCheck is etcd's older name for it;
-	// Complete folds it in.
+	// serving. ExperimentalInitialCorruptCheck is etcd's older name for it,
+	// the InitialCorruptCheck feature gate etcd v3.7's; Complete folds both in.
 	InitialCorruptCheck             bool     `yaml:"initial-corrupt-check"`
 	ExperimentalInitialCorruptCheck bool     `yaml:"experimental-initial-corrupt-check"`
 	CorruptCheckTime                Duration `yaml:"corrupt-check-time"`
@@ -150,8 +150,10 @@ type Config struct {
 	EnablePprof bool     `yaml:"enable-pprof"`
 
 	// FeatureGates is etcd's feature-gates list, "Name=true,Name=false".
-	// kvd acts on LeaseCheckpoint (and LeaseCheckpointPersist, which kvd
-	// always does); the other etcd gates are accepted and have no effect.
+	// kvd acts on LeaseCheckpoint, LeaseCheckpointPersist (always on in kvd,
+	// as in etcd v3.6+), InitialCorruptCheck (Complete folds it into
+	// initial-corrupt-check) and FastLeaseKeepAlive; the other etcd gates are
+	// refused unless given their default (unsupportedFeatureGates).
 	FeatureGates string `yaml:"feature-gates"`
 
 	Backend Backend `yaml:"backend"`
@@ -389,7 +391,7 @@ func (c *Config) Complete() {
 		}
 		c.InitialCluster = b.String()
 	}
-	if c.ExperimentalInitialCorruptCheck {
+	if c.ExperimentalInitialCorruptCheck || c.FeatureEnabled("InitialCorruptCheck") {
 		c.InitialCorruptCheck = true
 	}
 	for i := range c.AuthPlugins {

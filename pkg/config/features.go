@@ -20,8 +20,25 @@ var etcdFeatureGates = map[string]bool{
 	"PriorityRequest":              false,
 }
 
+// unsupportedFeatureGates are the etcd gates kvd does not implement: each may
+// only be given its etcd default, and any other value is refused naming the
+// gate, rather than accepted and ignored. The gates kvd implements:
+// LeaseCheckpoint (leader checkpoints of remaining TTLs), LeaseCheckpointPersist
+// (kvd always persists the checkpointed TTL, as etcd v3.6+), InitialCorruptCheck
+// (initial-corrupt-check; Complete folds it in), FastLeaseKeepAlive (on, its
+// default: a renewal does not wait for the applied index).
+var unsupportedFeatureGates = map[string]string{
+	"StopGRPCServiceOnDefrag":      "kvd keeps serving during a defragmentation",
+	"CompactHashCheck":             "kvd has no leader check of followers' compaction hashes",
+	"TxnModeWriteWithSharedBuffer": "kvd's write txns always read through the shared write buffer",
+	"SetMemberLocalAddr":           "kvd does not bind a local address for peer connections",
+	"FastLeaseKeepAlive":           "kvd's lease renewals never wait for the applied index",
+	"PriorityRequest":              "kvd has no priority apply queue",
+}
+
 // Features parses feature-gates over etcd's defaults. An unknown gate or a
-// value that is not a boolean is an error, as in etcd.
+// value that is not a boolean is an error, as in etcd; so is a gate kvd does
+// not implement set to another value than its default.
 func (c *Config) Features() (map[string]bool, error) {
 	f := make(map[string]bool, len(etcdFeatureGates))
 	for k, v := range etcdFeatureGates {
@@ -47,6 +64,9 @@ func (c *Config) Features() (map[string]bool, error) {
 		b, err := strconv.ParseBool(strings.TrimSpace(val))
 		if err != nil {
 			return nil, fmt.Errorf("%s=%q: not a boolean", name, val)
+		}
+		if why, no := unsupportedFeatureGates[name]; no && b != etcdFeatureGates[name] {
+			return nil, fmt.Errorf("%s=%v: kvd does not support feature gate %s (only its default, %v: %s)", name, b, name, etcdFeatureGates[name], why)
 		}
 		f[name] = b
 	}
