@@ -153,6 +153,9 @@ func Parse(args []string) (*Config, error) {
 	if x.version {
 		return nil, ErrVersion
 	}
+	if err := checkEtcdEnv(fs); err != nil {
+		return nil, err
+	}
 	path := x.configFile
 	if x.configFile2 != "" {
 		if path != "" && path != x.configFile2 {
