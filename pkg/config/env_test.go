@@ -13,7 +13,9 @@ func TestEtcdEnvRefused(t *testing.T) {
 	}
 	_, err := Parse(nil)
 	wantErr(t, err, "ETCD_DATA_DIR", "--data-dir", "ETCD_NAME", "--name", "kvd does not support")
-	environ = func() []string { return []string{"PATH=/bin", "ETCD_BIN=/usr/bin/etcd", "ETCD_UNSUPPORTED_ARCH=arm", "ETCD_VERSION=3.7.3"} }
+	environ = func() []string {
+		return []string{"PATH=/bin", "ETCD_BIN=/usr/bin/etcd", "ETCD_UNSUPPORTED_ARCH=arm", "ETCD_VERSION=3.7.3"}
+	}
 	if _, err := Parse(nil); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,8 +42,9 @@ func TestFeatureGateFastLeaseKeepAliveRefused(t *testing.T) { refusedGate(t, "Fa
 
 func TestFeatureGatePriorityRequestRefused(t *testing.T) { refusedGate(t, "PriorityRequest") }
 
-// Every gate kvd does not implement is refused, and the gates it implements
-// are not: no gate is accepted and ignored.
+// Every setting kvd does not support is refused at start naming it and
+// saying so, and every etcd feature gate is implemented or refused: nothing is
+// accepted and ignored.
 func TestEveryUnsupportedSettingRefused(t *testing.T) {
 	implemented := []string{"LeaseCheckpoint", "LeaseCheckpointPersist", "InitialCorruptCheck", "FastLeaseKeepAlive"}
 	for gate := range etcdFeatureGates {
@@ -51,20 +53,34 @@ func TestEveryUnsupportedSettingRefused(t *testing.T) {
 			t.Errorf("feature gate %s is neither implemented nor refused", gate)
 		}
 	}
+	type refusal struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}
+	cases := []refusal{
+		{"log-outputs systemd/journal", []string{"--log-outputs", "systemd/journal"}, nil, []string{"log-outputs", "systemd/journal is not supported by kvd"}},
+		{"ETCD_NAME", nil, []string{"ETCD_NAME=n1"}, []string{"ETCD_NAME", "kvd does not support", "--name"}},
+		{"ETCD_FORCE_NEW_CLUSTER", nil, []string{"ETCD_FORCE_NEW_CLUSTER=true"}, []string{"ETCD_FORCE_NEW_CLUSTER", "kvd does not support", "--force-new-cluster"}},
+	}
+	var all []string
 	for gate := range unsupportedFeatureGates {
-		t.Run(gate, func(t *testing.T) { refusedGate(t, gate) })
+		other := fmt.Sprintf("%s=%v", gate, !etcdFeatureGates[gate])
+		all = append(all, other)
+		cases = append(cases, refusal{"feature gate " + gate, []string{"--feature-gates", other}, nil,
+			[]string{"feature-gates: ", other, "kvd does not support feature gate " + gate}})
 	}
-	// Every gate on (or off) at once: each refused gate is named.
-	var all string
-	for gate, def := range etcdFeatureGates {
-		if _, refused := unsupportedFeatureGates[gate]; refused {
-			all += fmt.Sprintf("%s=%v,", gate, !def)
-		}
-	}
-	c := Default()
-	c.FeatureGates = all[:len(all)-1]
-	if err := c.Validate(); err == nil {
-		t.Fatalf("%s accepted", c.FeatureGates)
+	slices.Sort(all)
+	cases = append(cases, refusal{"every unsupported gate at once", []string{"--feature-gates", strings.Join(all, ",")}, nil,
+		[]string{"feature-gates: ", "kvd does not support feature gate"}})
+	defer func(e func() []string) { environ = e }(environ)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			environ = func() []string { return tc.env }
+			_, err := Parse(tc.args)
+			wantErr(t, err, tc.want...)
+		})
 	}
 }
 
