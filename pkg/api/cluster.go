@@ -175,6 +175,11 @@ func (s *Server) checkQuorum(added int, removing uint64) error {
 			up++
 		}
 	}
+	if added == 1 && voters == 2 && up == 1 {
+		// As etcd: a voter added to a one-member cluster (restoring a
+		// cluster from one member, e.g. after force-new-cluster).
+		return nil
+	}
 	if up < voters/2+1 {
 		return rpctypes.ErrGRPCMemberNotEnoughStarted
 	}

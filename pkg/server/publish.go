@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -11,6 +14,10 @@ import (
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/membership"
 )
+
+// publishWarnInterval is how often a member that cannot publish itself says
+// why in its log (etcd warns once per request timeout); tests shorten it.
+var publishWarnInterval = 5 * time.Second
 
 // publisher is the actor that records this member's name and client URLs in
 // the member list through raft, once a leader is known, and retries until
@@ -36,6 +43,7 @@ func (p *publisher) Run(ctx context.Context) error {
 	}
 	clientURLs := urlStrings(urls)
 	backoff := 100 * time.Millisecond
+	lastWarn := time.Now()
 	for {
 		if m, ok := p.cl.Member(p.cl.Self()); ok && m.Name == p.c.Name && slices.Equal(m.ClientURLs, clientURLs) {
 			return nil
@@ -53,7 +61,18 @@ func (p *publisher) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		p.lg.Debug("publish member attributes", zap.Error(err))
+		if time.Since(lastWarn) >= publishWarnInterval {
+			lastWarn = time.Now()
+			// As etcd: a member waiting on a quorum that is not there says
+			// so instead of waiting silently.
+			p.lg.Warn("failed to publish local member to cluster through raft",
+				zap.String("local-member-id", fmt.Sprintf("%x", p.cl.Self())),
+				zap.String("name", p.c.Name), zap.Strings("client-urls", clientURLs),
+				zap.String("reason", publishReason(p.api.Raft.Leader(), err)),
+				zap.Error(err))
+		} else {
+			p.lg.Debug("publish member attributes", zap.Error(err))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -61,4 +80,16 @@ func (p *publisher) Run(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// publishReason says in words why a publish failed: no leader is known, or
+// the leader did not commit it in time (no quorum), or the error itself.
+func publishReason(leader uint64, err error) string {
+	switch {
+	case leader == 0:
+		return "no leader: waiting for a quorum of members to elect one"
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timed out"):
+		return fmt.Sprintf("leader %x did not commit the request in time", leader)
+	}
+	return err.Error()
 }

@@ -82,6 +82,7 @@ func Module() fx.Option {
 		fx.Invoke(startActors, initialCorruptCheck, serveClients, serveMetrics, func(*transport.Transport) {}),
 		fx.Invoke(advanceElectionTicks),
 		fx.Invoke(startCompactor),
+		fx.Invoke(startCorruptMonitor),
 	)
 }
 
@@ -189,6 +190,9 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membershi
 	if l.IsNew() && st.ConsistentIndex() > 0 {
 		return nil, fmt.Errorf("data-dir %s: the backend holds applied data (index %d) but the WAL in %s is empty; refusing to start a new member over it",
 			c.DataDir, st.ConsistentIndex(), c.WALPath())
+	}
+	if err := forceNewCluster(c, l, st, cl, lg); err != nil {
+		return nil, err
 	}
 	snap, err := l.Storage().Snapshot()
 	if err != nil {
