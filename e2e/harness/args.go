@@ -1,0 +1,14 @@
+package harness
+
+import "slices"
+
+// AddArgs appends flags to the member's command line for its next starts
+// (Start, Restart); it must not be running concurrently with them.
+func (p *Process) AddArgs(args ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.args = append(slices.Clone(p.args), args...)
+}
+
+// LogContains reports whether any run's stdout or stderr holds s.
+func (p *Process) LogContains(s string) bool { return p.logContains(s) }
