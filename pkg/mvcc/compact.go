@@ -32,8 +32,8 @@ func (b *Batch) Compact(rev int64) (<-chan struct{}, error) {
 		return nil, ErrFutureRev
 	}
 	b.putMeta(metaScheduledCompact, revToBytes(index.Revision{Main: rev}, false))
+	job := &compactJob{rev: rev, prev: b.compactRev, hash: true, done: make(chan struct{})}
 	b.compactRev = rev
-	job := &compactJob{rev: rev, done: make(chan struct{})}
 	b.compactions = append(b.compactions, job)
 	return job.done, nil
 }
@@ -41,7 +41,12 @@ func (b *Batch) Compact(rev int64) (<-chan struct{}, error) {
 // compactJob is one compaction for the compactor, or a barrier that only
 // marks the point in its queue.
 type compactJob struct {
-	rev     int64
+	rev int64
+	// prev is the compaction revision before this one; hash tells the
+	// compactor to hash the key space at rev under prev as it scans (not
+	// for a compaction resumed at Open: part of it may be deleted).
+	prev    int64
+	hash    bool
 	barrier bool
 	done    chan struct{}
 }
@@ -124,7 +129,7 @@ func (c *compactor) run() {
 			continue
 		}
 		c.runMu.Lock()
-		err := c.compact(job.rev)
+		err := c.compact(job)
 		c.runMu.Unlock()
 		if err != nil {
 			if err != errCompactorStopped {
@@ -146,12 +151,20 @@ var errCompactorStopped = fmt.Errorf("mvcc compactor stopped")
 // and the scheduledCompactRev mark, which must be in the backend before any
 // deletion, or a deleted revision could be written back by a later commit,
 // and a crash could leave deletions without the mark that resumes them.
-func (c *compactor) compact(rev int64) error {
+//
+// A job that hashes also feeds every scanned revision to etcd's kvHasher
+// (before deleting it) and stores the hash once done.
+func (c *compactor) compact(job *compactJob) error {
+	rev := job.rev
 	lg := c.s.lg
 	if err := c.s.Flush(); err != nil {
 		return fmt.Errorf("compact at %d: %w", rev, err)
 	}
 	keep := c.s.idx.Compact(rev)
+	var hasher *kvHasher
+	if job.hash {
+		hasher = newKVHasher(job.prev, rev, keep)
+	}
 	start := revToBytes(index.Revision{}, false)
 	end := revToBytes(index.Revision{Main: rev + 1}, false)
 	deleted := 0
@@ -166,12 +179,15 @@ func (c *compactor) compact(rev int64) error {
 			var last []byte
 			n = 0
 			var decodeErr error
-			err := tx.Range(backend.Key, start, end, c.limit, func(k, _ []byte) bool {
+			err := tx.Range(backend.Key, start, end, c.limit, func(k, v []byte) bool {
 				n++
-				r, _, err := bytesToRev(k)
+				r, tomb, err := bytesToRev(k)
 				if err != nil {
 					decodeErr = err
 					return false
+				}
+				if hasher != nil {
+					hasher.write(r, tomb, k, v)
 				}
 				if _, ok := keep[r]; !ok {
 					dels = append(dels, bytes.Clone(k))
@@ -206,7 +222,14 @@ func (c *compactor) compact(rev int64) error {
 			c.afterChunk(rev)
 		}
 		if next == nil {
-			lg.Info("finished compaction", zap.Int64("revision", rev), zap.Int("deleted", deleted))
+			fields := []zap.Field{zap.Int64("revision", rev), zap.Int("deleted", deleted)}
+			if hasher != nil {
+				fields = append(fields, zap.Uint32("hash", hasher.sum().Hash))
+			}
+			lg.Info("finished compaction", fields...)
+			if hasher != nil {
+				c.s.compactHashes.store(lg, hasher.sum())
+			}
 			return nil
 		}
 		start = next

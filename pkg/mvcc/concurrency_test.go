@@ -132,11 +132,15 @@ func TestHashByRev(t *testing.T) {
 			runBatch(t, b, mb, rngB, uint64(i))
 		}
 		c := a.Rev() - 5
+		var atC uint32
 		for _, rev := range []int64{0, 1, c, a.Rev()} {
 			ha, _, _, errA := a.HashByRev(rev)
 			hb, _, _, errB := b.HashByRev(rev)
 			if errA != nil || errB != nil || ha != hb {
 				t.Fatalf("before compaction hash at %d: %x %v vs %x %v", rev, ha, errA, hb, errB)
+			}
+			if rev == c {
+				atC = ha
 			}
 		}
 		a.compact(c)
@@ -146,7 +150,17 @@ func TestHashByRev(t *testing.T) {
 			}
 		})
 		waitClosed(t, chunked, "b's first compaction chunk")
-		for rev := c; rev <= a.Rev(); rev++ {
+		// At the compaction revision itself a finished compaction answers,
+		// as etcd's, the hash it stored (under the previous compaction
+		// revision, -1 here: the hash before it); an unfinished one a fresh
+		// hash under c, as etcd's before its job is done.
+		if h, _, comp, err := a.HashByRev(c); err != nil || h != atC || comp != -1 {
+			t.Fatalf("hash at the compaction revision %d after it: %x compact %d %v; want the stored %x under -1", c, h, comp, err, atC)
+		}
+		if _, _, comp, err := b.HashByRev(c); err != nil || comp != c {
+			t.Fatalf("hash at the compaction revision %d while it runs: compact %d %v; want a fresh one under %d", c, comp, err, c)
+		}
+		for rev := c + 1; rev <= a.Rev(); rev++ {
 			ha, curA, compA, errA := a.HashByRev(rev)
 			hb, curB, compB, errB := b.HashByRev(rev)
 			if errA != nil || errB != nil || ha != hb || curA != curB || compA != c || compB != c {

@@ -24,7 +24,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // their physical compaction has finished. etcd skips the keep filter when
 // nothing is kept, which makes its hash depend on compaction progress; kvd
 // always filters, which equals etcd's hash once compaction is done.
+//
+// A revision a compaction was done at answers, as etcd's, with the hash that
+// compaction stored (compactRev: the one before it) while it is kept.
 func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64, err error) {
+	if rev > 0 {
+		if h, ok := s.compactHashes.byRev(rev); ok {
+			return h.Hash, s.rev.Load(), h.CompactRevision, nil
+		}
+	}
 	s.mu.RLock()
 	compactRev, currentRev = s.compactRev, s.rev.Load()
 	if rev > 0 && rev < compactRev {

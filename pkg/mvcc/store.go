@@ -89,6 +89,8 @@ type Store struct {
 	flusher                flusher
 
 	compactor compactor
+	// compactHashes are the last compactions' hashes (compacthash.go).
+	compactHashes compactHashes
 	// resumed closes when the compaction Open resumed is done (nil: none).
 	resumed   <-chan struct{}
 	closeOnce sync.Once
