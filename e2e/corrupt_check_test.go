@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/e2e/harness"
@@ -64,15 +65,11 @@ func corruptBoltValue(t *testing.T, p *harness.Process, key string) {
 	}
 }
 
-// TestPeriodicCorruptCheck: 3 members with --corrupt-check-time 1s; one
-// follower's bolt file gets another value for a key while it is stopped.
-// After its restart the leader's periodic check finds the follower's hash
-// different at the same revision and compaction: CORRUPT is raised for that
-// follower (etcdctl alarm list), every write is refused with "etcdserver:
-// corrupt cluster", and the leader logged the mismatch.
-func TestPeriodicCorruptCheck(t *testing.T) {
-	start := time.Now()
-	c := harness.StartCluster(t, 3, harness.ClusterOptions{Engine: "bolt", Args: []string{"--corrupt-check-time", "1s"}})
+// corruptFollower corrupts a follower of c: stopped, one value changed in
+// its bolt file, restarted. It returns the follower, its member id and the
+// leader before.
+func corruptFollower(t *testing.T, c *harness.Cluster, start time.Time) (victim *harness.Process, victimID uint64, leader *harness.Process) {
+	t.Helper()
 	cli := c.Client(t)
 	ctx := testCtx(t)
 	for i := range 10 {
@@ -84,16 +81,22 @@ func TestPeriodicCorruptCheck(t *testing.T) {
 	waitHashKVEqual(t, c, resp.Header.Revision)
 
 	li := c.Leader(t)
-	leader := c.Members()[li]
-	victim := c.Members()[(li+1)%3]
-	victimID := c.MemberID(t, victim)
+	leader = c.Members()[li]
+	victim = c.Members()[(li+1)%3]
+	victimID = c.MemberID(t, victim)
 	victim.Stop()
 	corruptBoltValue(t, victim, "k3")
 	victim.Restart()
 	t.Logf("%s (%x) corrupted and restarted after %v", victim.Name(), victimID, time.Since(start))
+	return victim, victimID, leader
+}
 
-	// The leader may have changed while the follower was away; whoever
-	// leads checks.
+// checkCorruptAlarm waits until etcdctl alarm list shows CORRUPT for
+// exactly member id, then checks every member refuses a put with
+// "etcdserver: corrupt cluster" and serves reads, and that a member other
+// than the corrupted one logged msg with the corrupted member's id.
+func checkCorruptAlarm(t *testing.T, c *harness.Cluster, victim *harness.Process, victimID uint64, leader *harness.Process, msg string) {
+	t.Helper()
 	bin := harness.EtcdctlBinary(t)
 	alarmList := func() (string, error) {
 		cmd := exec.Command(bin, "--endpoints", strings.Join(c.Endpoints(), ","), "--dial-timeout", "5s",
@@ -116,7 +119,6 @@ func TestPeriodicCorruptCheck(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("CORRUPT raised after %v", time.Since(start))
 	out, _ := alarmList()
 	if n := strings.Count(strings.TrimSpace(out), "\n") + 1; n != 1 {
 		t.Errorf("alarm list has %d alarms, want 1: %q", n, out)
@@ -133,27 +135,56 @@ func TestPeriodicCorruptCheck(t *testing.T) {
 		}
 	}
 
-	// The check ran on whoever leads now; the victim never leads a check
-	// that alarms itself here, so look in every other member's log.
+	// The check ran on whoever leads now (the leader may have changed
+	// while the follower was away): look in every other member's log.
 	found := false
 	for _, m := range c.Members() {
 		if m == victim {
 			continue
 		}
-		logs := m.LogTail(100000)
-		if strings.Contains(logs, "same compact revision then hashes must match") &&
-			strings.Contains(logs, strconv.FormatUint(victimID, 16)) {
-			found = true
-			for _, l := range strings.Split(logs, "\n") {
-				if strings.Contains(l, "same compact revision then hashes must match") {
-					t.Logf("%s (leader before the restart: %s) logged: %s", m.Name(), leader.Name(), strings.TrimSpace(l))
-					break
-				}
+		for _, l := range strings.Split(m.LogTail(100000), "\n") {
+			if strings.Contains(l, msg) && strings.Contains(l, strconv.FormatUint(victimID, 16)) {
+				found = true
+				t.Logf("%s (leader before the restart: %s) logged: %s", m.Name(), leader.Name(), strings.TrimSpace(l))
+				break
 			}
 		}
 	}
 	if !found {
-		t.Errorf("no member logged the hash mismatch with %x", victimID)
+		t.Errorf("no member logged %q with %x", msg, victimID)
 	}
+}
+
+// TestPeriodicCorruptCheck: 3 members with --corrupt-check-time 1s; one
+// follower's bolt file gets another value for a key while it is stopped.
+// After its restart the leader's periodic check finds the follower's hash
+// different at the same revision and compaction: CORRUPT is raised for that
+// follower (etcdctl alarm list), every write is refused with "etcdserver:
+// corrupt cluster", and the leader logged the mismatch.
+func TestPeriodicCorruptCheck(t *testing.T) {
+	start := time.Now()
+	c := harness.StartCluster(t, 3, harness.ClusterOptions{Engine: "bolt", Args: []string{"--corrupt-check-time", "1s"}})
+	victim, id, leader := corruptFollower(t, c, start)
+	checkCorruptAlarm(t, c, victim, id, leader, "same compact revision then hashes must match")
+	t.Logf("done in %v", time.Since(start))
+}
+
+// TestCompactHashCheck: 3 members with the CompactHashCheck gate and
+// --compact-hash-check-time 1s (no periodic check); a follower's bolt file
+// gets another value while it is stopped, then a compaction: each member
+// stores the hash of its key space at the compaction, the follower's
+// differs, and the leader's check alarms it against the quorum of the other
+// two ("Detected compaction hash mismatch").
+func TestCompactHashCheck(t *testing.T) {
+	start := time.Now()
+	c := harness.StartCluster(t, 3, harness.ClusterOptions{Engine: "bolt",
+		Args: []string{"--feature-gates", "CompactHashCheck=true", "--compact-hash-check-time", "1s"}})
+	victim, id, leader := corruptFollower(t, c, start)
+	cli := c.Client(t)
+	resp, err := cli.Put(testCtx(t), "k10", "10")
+	mustOK(t, "put", err)
+	_, err = cli.Compact(testCtx(t), resp.Header.Revision, clientv3.WithCompactPhysical())
+	mustOK(t, "compact", err)
+	checkCorruptAlarm(t, c, victim, id, leader, "Detected compaction hash mismatch")
 	t.Logf("done in %v", time.Since(start))
 }

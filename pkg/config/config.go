@@ -122,6 +122,9 @@ type Config struct {
 	InitialCorruptCheck             bool     `yaml:"initial-corrupt-check"`
 	ExperimentalInitialCorruptCheck bool     `yaml:"experimental-initial-corrupt-check"`
 	CorruptCheckTime                Duration `yaml:"corrupt-check-time"`
+	// CompactHashCheckTime is how often the leader compares compaction
+	// hashes with its followers' when the CompactHashCheck gate is on.
+	CompactHashCheckTime Duration `yaml:"compact-hash-check-time"`
 	// WarningApplyDuration logs applies slower than this.
 	WarningApplyDuration Duration `yaml:"warning-apply-duration"`
 	// WatchProgressNotifyInterval is the period of progress notifications
@@ -340,6 +343,7 @@ func defaults() *Config {
 		AutoCompactionMode:          CompactionPeriodic,
 		AutoCompactionRetention:     "0",
 		CompactionBatchLimit:        1000,
+		CompactHashCheckTime:        Duration(time.Minute),
 		WarningApplyDuration:        Duration(100 * time.Millisecond),
 		WatchProgressNotifyInterval: Duration(10 * time.Minute),
 		AuthToken:                   "simple",

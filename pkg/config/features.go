@@ -25,11 +25,12 @@ var etcdFeatureGates = map[string]bool{
 // gate, rather than accepted and ignored. The gates kvd implements:
 // LeaseCheckpoint (leader checkpoints of remaining TTLs), LeaseCheckpointPersist
 // (kvd always persists the checkpointed TTL, as etcd v3.6+), InitialCorruptCheck
-// (initial-corrupt-check; Complete folds it in), FastLeaseKeepAlive (on, its
+// (initial-corrupt-check; Complete folds it in), CompactHashCheck (the
+// leader's check of compaction hashes every compact-hash-check-time),
+// FastLeaseKeepAlive (on, its
 // default: a renewal does not wait for the applied index).
 var unsupportedFeatureGates = map[string]string{
 	"StopGRPCServiceOnDefrag":      "kvd keeps serving during a defragmentation",
-	"CompactHashCheck":             "kvd has no leader check of followers' compaction hashes",
 	"TxnModeWriteWithSharedBuffer": "kvd's write txns always read through the shared write buffer",
 	"SetMemberLocalAddr":           "kvd does not bind a local address for peer connections",
 	"FastLeaseKeepAlive":           "kvd's lease renewals never wait for the applied index",

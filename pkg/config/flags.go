@@ -58,6 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ExperimentalInitialCorruptCheck, "experimental-initial-corrupt-check", c.ExperimentalInitialCorruptCheck, "deprecated: use --initial-corrupt-check")
 	fs.Var(&c.WatchProgressNotifyInterval, "watch-progress-notify-interval", "duration of periodic watch progress notifications")
 	fs.Var(&c.CorruptCheckTime, "corrupt-check-time", "duration between cluster corruption check passes (0 disables)")
+	fs.Var(&c.CompactHashCheckTime, "compact-hash-check-time", "duration between the leader's checks of followers' compaction hashes (feature gate CompactHashCheck)")
 	fs.Var(&c.WarningApplyDuration, "warning-apply-duration", "time length of an apply after which a warning is logged")
 	fs.BoolVar(&c.UnsafeNoFsync, "unsafe-no-fsync", c.UnsafeNoFsync, "disable fsync, unsafe, will cause data loss")
 

@@ -30,8 +30,6 @@ func TestFeatureGateStopGRPCServiceOnDefragRefused(t *testing.T) {
 	refusedGate(t, "StopGRPCServiceOnDefrag")
 }
 
-func TestFeatureGateCompactHashCheckRefused(t *testing.T) { refusedGate(t, "CompactHashCheck") }
-
 func TestFeatureGateTxnModeWriteWithSharedBufferRefused(t *testing.T) {
 	refusedGate(t, "TxnModeWriteWithSharedBuffer")
 }
@@ -46,7 +44,7 @@ func TestFeatureGatePriorityRequestRefused(t *testing.T) { refusedGate(t, "Prior
 // saying so, and every etcd feature gate is implemented or refused: nothing is
 // accepted and ignored.
 func TestEveryUnsupportedSettingRefused(t *testing.T) {
-	implemented := []string{"LeaseCheckpoint", "LeaseCheckpointPersist", "InitialCorruptCheck", "FastLeaseKeepAlive"}
+	implemented := []string{"LeaseCheckpoint", "LeaseCheckpointPersist", "InitialCorruptCheck", "FastLeaseKeepAlive", "CompactHashCheck"}
 	for gate := range etcdFeatureGates {
 		_, refused := unsupportedFeatureGates[gate]
 		if !refused && !slices.Contains(implemented, gate) {

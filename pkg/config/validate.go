@@ -132,6 +132,9 @@ func (c *Config) Validate() error {
 	if _, _, err := v.AutoCompaction(); err != nil {
 		addErr(err)
 	}
+	if v.CompactHashCheckTime <= 0 {
+		add("compact-hash-check-time", "must be >0 (set to %s)", v.CompactHashCheckTime)
+	}
 	if v.CompactionBatchLimit <= 0 {
 		add("compaction-batch-limit", "must be positive")
 	}

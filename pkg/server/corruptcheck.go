@@ -21,15 +21,26 @@ import (
 // peerHashTimeout bounds one peer's HashKV answer, as etcd's request timeout.
 const peerHashTimeout = 5 * time.Second
 
-// startCorruptMonitor is etcd's monitorKVHash: with corrupt-check-time > 0,
-// every corrupt-check-time the leader runs the periodic corruption check
-// (pkg/corruptcheck) and raises CORRUPT through raft for a diverged member.
+// startCorruptMonitor starts etcd's two leader-side corruption monitors.
+//
+// monitorKVHash: with corrupt-check-time > 0, every corrupt-check-time the
+// leader runs the periodic corruption check (pkg/corruptcheck) and raises
+// CORRUPT through raft for a diverged member.
+//
+// monitorCompactHash: with the CompactHashCheck feature gate on, every
+// compact-hash-check-time the leader compares the hashes its compactions
+// stored with the followers' at the same revisions.
+//
 // Followers tick but do not check. The peers' hashes are asked over their
 // client URLs with Maintenance.HashKV, as the initial check does (etcd asks
 // its peers' /members/hashkv over the peer URLs).
 func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, cl *membership.Cluster, s *api.Server, lg *zap.Logger) error {
-	t := c.CorruptCheckTime.Std()
-	if t <= 0 {
+	periodic := c.CorruptCheckTime.Std()
+	compact := time.Duration(0)
+	if c.FeatureEnabled("CompactHashCheck") {
+		compact = c.CompactHashCheckTime.Std()
+	}
+	if periodic <= 0 && compact <= 0 {
 		return nil
 	}
 	info, err := tlsconf.ForClient(c, lg)
@@ -37,32 +48,44 @@ func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st
 		return err
 	}
 	h := &corruptHasher{n: n, st: st, cl: cl, s: s, info: info, lg: lg}
-	cm := corruptcheck.New(lg, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	// every runs check every d while this member leads, until the stop.
+	every := func(d time.Duration, stopped string, check func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tk := time.NewTicker(d)
+			defer tk.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					lg.Info(stopped)
+					return
+				case <-tk.C:
+				}
+				if n.Leader() == n.ID() {
+					check()
+				}
+			}
+		}()
+	}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			lg.Info("enabled corruption checking", zap.String("local-member-id", idHex(n.ID())), zap.Duration("interval", t))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tk := time.NewTicker(t)
-				defer tk.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						lg.Info("server has stopped; stopping kv hash's monitor")
-						return
-					case <-tk.C:
-					}
-					if n.Leader() != n.ID() {
-						continue
-					}
+			if periodic > 0 {
+				cm := corruptcheck.New(lg, h)
+				lg.Info("enabled corruption checking", zap.String("local-member-id", idHex(n.ID())), zap.Duration("interval", periodic))
+				every(periodic, "server has stopped; stopping kv hash's monitor", func() {
 					if _, err := cm.PeriodicCheck(ctx); err != nil && ctx.Err() == nil {
 						lg.Warn("failed to check hash KV", zap.Error(err))
 					}
-				}
-			}()
+				})
+			}
+			if compact > 0 {
+				cc := corruptcheck.NewCompactChecker(lg, h)
+				lg.Info("enabled compaction hash check", zap.String("local-member-id", idHex(n.ID())), zap.Duration("interval", compact))
+				every(compact, "server has stopped; stopping compact hash's monitor", func() { cc.CompactHashCheck(ctx) })
+			}
 			return nil
 		},
 		OnStop: func(context.Context) error { cancel(); wg.Wait(); return nil },
@@ -81,6 +104,15 @@ type corruptHasher struct {
 }
 
 func (h *corruptHasher) MemberID() uint64 { return h.n.ID() }
+
+// Hashes are the hashes the local compactions stored.
+func (h *corruptHasher) Hashes() []corruptcheck.KeyValueHash {
+	var out []corruptcheck.KeyValueHash
+	for _, kh := range h.st.Hashes() {
+		out = append(out, corruptcheck.KeyValueHash{Hash: kh.Hash, Revision: kh.Revision, CompactRevision: kh.CompactRevision})
+	}
+	return out
+}
 
 func (h *corruptHasher) HashByRev(rev int64) (corruptcheck.KeyValueHash, int64, error) {
 	hash, cur, compact, err := h.st.HashByRev(rev)
