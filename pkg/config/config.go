@@ -155,7 +155,8 @@ type Config struct {
 	// FeatureGates is etcd's feature-gates list, "Name=true,Name=false".
 	// kvd acts on LeaseCheckpoint, LeaseCheckpointPersist (always on in kvd,
 	// as in etcd v3.6+), InitialCorruptCheck (Complete folds it into
-	// initial-corrupt-check) and FastLeaseKeepAlive; the other etcd gates are
+	// initial-corrupt-check), CompactHashCheck (compact-hash-check-time) and
+	// FastLeaseKeepAlive; the other etcd gates are
 	// refused unless given their default (unsupportedFeatureGates).
 	FeatureGates string `yaml:"feature-gates"`
 
