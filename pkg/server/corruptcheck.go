@@ -6,8 +6,14 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/api"
 	"github.com/kvd-dev/kvd/pkg/config"
@@ -16,6 +22,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
+	"github.com/kvd-dev/kvd/pkg/transport"
 )
 
 // peerHashTimeout bounds one peer's HashKV answer, as etcd's request timeout.
@@ -31,9 +38,9 @@ const peerHashTimeout = 5 * time.Second
 // compact-hash-check-time the leader compares the hashes its compactions
 // stored with the followers' at the same revisions.
 //
-// Followers tick but do not check. The peers' hashes are asked over their
-// client URLs with Maintenance.HashKV, as the initial check does (etcd asks
-// its peers' /members/hashkv over the peer URLs).
+// Followers tick but do not check. The peers' hashes are asked over the
+// peer transport (its HashKV method), as etcd asks its peers'
+// /members/hashkv over the peer URLs.
 func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, cl *membership.Cluster, s *api.Server, lg *zap.Logger) error {
 	periodic := c.CorruptCheckTime.Std()
 	compact := time.Duration(0)
@@ -43,11 +50,11 @@ func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st
 	if periodic <= 0 && compact <= 0 {
 		return nil
 	}
-	info, err := tlsconf.ForClient(c, lg)
+	peerTLS, err := tlsconf.ForPeer(c, lg)
 	if err != nil {
 		return err
 	}
-	h := &corruptHasher{n: n, st: st, cl: cl, s: s, info: info, lg: lg}
+	h := &corruptHasher{n: n, st: st, cl: cl, s: s, peerCreds: peerTLS.ClientCredentials(), lg: lg}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	// every runs check every d while this member leads, until the stop.
@@ -95,12 +102,12 @@ func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st
 
 // corruptHasher is the member as corruptcheck.Hasher.
 type corruptHasher struct {
-	n    *raftnode.Node
-	st   *mvcc.Store
-	cl   *membership.Cluster
-	s    *api.Server
-	info *tlsconf.Info
-	lg   *zap.Logger
+	n         *raftnode.Node
+	st        *mvcc.Store
+	cl        *membership.Cluster
+	s         *api.Server
+	peerCreds credentials.TransportCredentials
+	lg        *zap.Logger
 }
 
 func (h *corruptHasher) MemberID() uint64 { return h.n.ID() }
@@ -125,23 +132,31 @@ func (h *corruptHasher) HashByRev(rev int64) (corruptcheck.KeyValueHash, int64, 
 	return corruptcheck.KeyValueHash{Hash: hash, Revision: rev, CompactRevision: compact}, cur, nil
 }
 
-// PeerHashByRev asks each other member's client URLs in turn for HashKV at
-// rev, as etcd's getPeerHashKVs tries each peer URL; a member with no URL
+// PeerHashByRev asks each other member's peer URLs in turn for HashKV at
+// rev over the peer transport, as etcd's getPeerHashKVs asks each peer URL's
+// /members/hashkv (no client auth in the way); a member with no URL
 // answering is listed with the last error.
 func (h *corruptHasher) PeerHashByRev(ctx context.Context, rev int64) []corruptcheck.PeerHash {
+	req, err := proto.Marshal(&pb.HashKVRequest{Revision: rev})
+	if err != nil {
+		return nil
+	}
 	var out []corruptcheck.PeerHash
 	for _, m := range h.cl.Members() {
-		if m.ID == h.cl.Self() || len(m.ClientURLs) == 0 {
+		if m.ID == h.cl.Self() || len(m.PeerURLs) == 0 {
 			continue
 		}
-		p := corruptcheck.PeerHash{ID: m.ID, Endpoints: m.ClientURLs}
-		for _, u := range m.ClientURLs {
+		p := corruptcheck.PeerHash{ID: m.ID, Endpoints: m.PeerURLs}
+		for _, u := range m.PeerURLs {
 			cctx, cancel := context.WithTimeout(ctx, peerHashTimeout)
-			resp, err := peerHashKV(cctx, u, h.info, rev)
+			b, err := transport.FetchHashKV(cctx, u, h.cl.ID(), h.peerCreds, req)
 			cancel()
 			if err == nil {
-				p.Resp, p.Err = resp, nil
-				break
+				resp := &pb.HashKVResponse{}
+				if err = proto.Unmarshal(b, resp); err == nil {
+					p.Resp, p.Err = resp, nil
+					break
+				}
 			}
 			p.Err = err
 			h.lg.Warn("failed hash kv request", zap.String("local-member-id", idHex(h.n.ID())),
@@ -160,4 +175,34 @@ func (h *corruptHasher) TriggerCorruptAlarm(ctx context.Context, id uint64) {
 	if err := h.s.RaiseCorrupt(ctx, id); err != nil && !errors.Is(err, context.Canceled) {
 		h.lg.Warn("raising the CORRUPT alarm failed", zap.String("member", idHex(id)), zap.Error(err))
 	}
+}
+
+// peerHashKVAnswer answers a peer's HashKV over the peer transport (etcd's
+// /members/hashkv handler): the request and answer are pb.HashKVRequest and
+// pb.HashKVResponse, header revision the current one. A compacted or future
+// revision is etcd's gRPC error.
+func peerHashKVAnswer(st *mvcc.Store, cl *membership.Cluster, req []byte) ([]byte, error) {
+	var r pb.HashKVRequest
+	if err := proto.Unmarshal(req, &r); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "hashkv request: %v", err)
+	}
+	h, cur, compact, err := st.HashByRev(r.Revision)
+	switch {
+	case errors.Is(err, mvcc.ErrCompacted):
+		return nil, rpctypes.ErrGRPCCompacted
+	case errors.Is(err, mvcc.ErrFutureRev):
+		return nil, rpctypes.ErrGRPCFutureRev
+	case err != nil:
+		return nil, status.Errorf(codes.Internal, "hashkv: %v", err)
+	}
+	hashRev := cur
+	if r.Revision > 0 {
+		hashRev = r.Revision
+	}
+	return proto.Marshal(&pb.HashKVResponse{
+		Header:          &pb.ResponseHeader{ClusterId: cl.ID(), MemberId: cl.Self(), Revision: cur},
+		Hash:            h,
+		CompactRevision: compact,
+		HashRevision:    hashRev,
+	})
 }

@@ -165,7 +165,7 @@ func (p *peerLink) take(index uint64) (string, bool) {
 
 // newTransport starts the peer transport on listen-peer-urls and keeps its
 // peers in step with the member list.
-func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membership.Cluster, boot *bootstrap, n *raftnode.Node, link *peerLink, mt *Metrics, lg *zap.Logger) (*transport.Transport, error) {
+func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membership.Cluster, boot *bootstrap, n *raftnode.Node, link *peerLink, st *mvcc.Store, mt *Metrics, lg *zap.Logger) (*transport.Transport, error) {
 	urls, err := c.PeerURLs()
 	if err != nil {
 		return nil, fmt.Errorf("listen-peer-urls: %w", err)
@@ -219,6 +219,7 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		Members: func() ([]byte, error) {
 			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
 		},
+		HashKV:        func(req []byte) ([]byte, error) { return peerHashKVAnswer(st, cl, req) },
 		TLS:           peerTLS.ClientCredentials(),
 		ServerOptions: serverOpts,
 	})

@@ -52,6 +52,7 @@ var (
 	raftMethod    = "/" + serviceName + "/Raft"
 	snapMethod    = "/" + serviceName + "/Snapshot"
 	membersMethod = "/" + serviceName + "/Members"
+	hashKVMethod  = "/" + serviceName + "/HashKV"
 )
 
 // peerService is the handler type of serviceDesc; grpc checks the registered
@@ -60,6 +61,7 @@ type peerService interface {
 	handleRaft(grpc.ServerStream) error
 	handleSnapshot(grpc.ServerStream) error
 	handleMembers() ([]byte, error)
+	handleHashKV(ctx context.Context, req []byte) ([]byte, error)
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -83,6 +85,19 @@ var serviceDesc = grpc.ServiceDesc{
 				return nil, err
 			}
 			b, err := srv.(peerService).handleMembers()
+			if err != nil {
+				return nil, err
+			}
+			return &b, nil
+		},
+	}, {
+		MethodName: "HashKV",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req []byte
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			b, err := srv.(peerService).handleHashKV(ctx, req)
 			if err != nil {
 				return nil, err
 			}

@@ -86,6 +86,9 @@ type Config struct {
 	// Members, if set, answers joining members' requests for the member
 	// list (FetchMembers). Optional.
 	Members func() ([]byte, error)
+	// HashKV, if set, answers a peer's HashKV (FetchHashKV) for the
+	// leader's corruption checks. Optional.
+	HashKV func(req []byte) ([]byte, error)
 	// SnapshotDir receives incoming snapshots. Empty refuses them. New
 	// removes partial files a crash left there.
 	SnapshotDir string
