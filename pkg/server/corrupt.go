@@ -3,16 +3,18 @@ package server
 import (
 	"context"
 	"fmt"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
+	"github.com/kvd-dev/kvd/pkg/transport"
 )
 
 // initialCorruptCheck compares, before clients are served, this member's
@@ -24,27 +26,27 @@ func initialCorruptCheck(lc fx.Lifecycle, c *config.Config, st *mvcc.Store, cl *
 		return
 	}
 	lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
-		// The peers' client URLs may be https: dial them as a client with
-		// the client block (client-cert-file or cert-file, trusted-ca-file).
-		info, err := tlsconf.ForClient(c, lg)
+		// The peers are asked over the peer transport, as etcd asks their
+		// /members/hashkv on the peer URLs (https ones with the peer TLS).
+		peerTLS, err := tlsconf.ForPeer(c, lg)
 		if err != nil {
 			return err
 		}
-		return checkPeersHash(ctx, st, cl, info, lg)
+		return checkPeersHash(ctx, st, cl, peerTLS.ClientCredentials(), lg)
 	}})
 }
 
-func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster, info *tlsconf.Info, lg *zap.Logger) error {
+func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster, creds credentials.TransportCredentials, lg *zap.Logger) error {
 	hash, rev, compactRev, err := st.HashByRev(0)
 	if err != nil {
 		return fmt.Errorf("initial corruption check: local hash: %w", err)
 	}
 	lg.Info("initial corruption check", zap.Int64("revision", rev), zap.Uint32("hash", hash))
 	for _, m := range cl.Members() {
-		if m.ID == cl.Self() || len(m.ClientURLs) == 0 {
+		if m.ID == cl.Self() || len(m.PeerURLs) == 0 {
 			continue
 		}
-		resp, err := peerHashKV(ctx, m.ClientURLs[0], info, rev)
+		resp, err := peerHashKV(ctx, m.PeerURLs, cl.ID(), creds, rev)
 		if err != nil {
 			lg.Warn("initial corruption check: peer hash unavailable, skipped", zap.String("peer", m.Name), zap.Error(err))
 			continue
@@ -62,13 +64,24 @@ func checkPeersHash(ctx context.Context, st *mvcc.Store, cl *membership.Cluster,
 	return nil
 }
 
-func peerHashKV(ctx context.Context, clientURL string, info *tlsconf.Info, rev int64) (*pb.HashKVResponse, error) {
-	conn, err := dialMember(clientURL, info)
+// peerHashKV asks a member's peer URLs in turn for its HashKV at rev over
+// the peer transport; the last error when none answers.
+func peerHashKV(ctx context.Context, peerURLs []string, clusterID uint64, creds credentials.TransportCredentials, rev int64) (*pb.HashKVResponse, error) {
+	req, err := proto.Marshal(&pb.HashKVRequest{Revision: rev})
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return pb.NewMaintenanceClient(conn).HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+	for _, u := range peerURLs {
+		actx, cancel := context.WithTimeout(ctx, peerHashTimeout)
+		var b []byte
+		b, err = transport.FetchHashKV(actx, u, clusterID, creds, req)
+		cancel()
+		if err == nil {
+			resp := &pb.HashKVResponse{}
+			if err = proto.Unmarshal(b, resp); err == nil {
+				return resp, nil
+			}
+		}
+	}
+	return nil, err
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
-	"github.com/kvd-dev/kvd/pkg/transport"
 )
 
 // peerHashTimeout bounds one peer's HashKV answer, as etcd's request timeout.
@@ -132,35 +131,21 @@ func (h *corruptHasher) HashByRev(rev int64) (corruptcheck.KeyValueHash, int64, 
 	return corruptcheck.KeyValueHash{Hash: hash, Revision: rev, CompactRevision: compact}, cur, nil
 }
 
-// PeerHashByRev asks each other member's peer URLs in turn for HashKV at
-// rev over the peer transport, as etcd's getPeerHashKVs asks each peer URL's
-// /members/hashkv (no client auth in the way); a member with no URL
+// PeerHashByRev asks each other member for HashKV at rev over the peer
+// transport, each peer URL in turn, as etcd's getPeerHashKVs asks each peer
+// URL's /members/hashkv (no client auth in the way); a member with no URL
 // answering is listed with the last error.
 func (h *corruptHasher) PeerHashByRev(ctx context.Context, rev int64) []corruptcheck.PeerHash {
-	req, err := proto.Marshal(&pb.HashKVRequest{Revision: rev})
-	if err != nil {
-		return nil
-	}
 	var out []corruptcheck.PeerHash
 	for _, m := range h.cl.Members() {
 		if m.ID == h.cl.Self() || len(m.PeerURLs) == 0 {
 			continue
 		}
 		p := corruptcheck.PeerHash{ID: m.ID, Endpoints: m.PeerURLs}
-		for _, u := range m.PeerURLs {
-			cctx, cancel := context.WithTimeout(ctx, peerHashTimeout)
-			b, err := transport.FetchHashKV(cctx, u, h.cl.ID(), h.peerCreds, req)
-			cancel()
-			if err == nil {
-				resp := &pb.HashKVResponse{}
-				if err = proto.Unmarshal(b, resp); err == nil {
-					p.Resp, p.Err = resp, nil
-					break
-				}
-			}
-			p.Err = err
+		p.Resp, p.Err = peerHashKV(ctx, m.PeerURLs, h.cl.ID(), h.peerCreds, rev)
+		if p.Err != nil {
 			h.lg.Warn("failed hash kv request", zap.String("local-member-id", idHex(h.n.ID())),
-				zap.Int64("requested-revision", rev), zap.String("remote-peer-endpoint", u), zap.Error(err))
+				zap.Int64("requested-revision", rev), zap.Strings("remote-peer-endpoints", m.PeerURLs), zap.Error(p.Err))
 		}
 		out = append(out, p)
 	}

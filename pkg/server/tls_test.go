@@ -135,15 +135,18 @@ func TestTLSCluster(t *testing.T) {
 		tr.CloseIdleConnections()
 	}
 
-	// A member dials another's https client URL as a client (the initial
-	// corruption check does) with its client block: cert-file presented,
-	// trusted-ca-file verifying.
-	info, err := tlsconf.ForClient(cs[0], zap.NewNop())
+	// A member asks another's HashKV over its https peer URL (the
+	// corruption checks do) with its peer block.
+	peerTLS, err := tlsconf.ForPeer(cs[0], zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := peerHashKV(ctx5(t), "https://"+u[0].Host, info, 0); err != nil {
-		t.Errorf("HashKV from m1 to m2 over TLS: %v", err)
+	st, err := ms[1].maint().Status(ctx5(t), &pb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peerHashKV(ctx5(t), []string{cs[1].InitialAdvertisePeerURLs}, st.Header.ClusterId, peerTLS.ClientCredentials(), 0); err != nil {
+		t.Errorf("HashKV from m1 to m2 over peer TLS: %v", err)
 	}
 
 	// Member list shows the https client URLs everyone published.
