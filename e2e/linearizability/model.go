@@ -76,12 +76,17 @@ const Infinity = int64(math.MaxInt64)
 
 // state is one key's state. modRev is 0 for a missing key and -1 when the
 // key was last written by a write of unknown outcome, whose revision is
-// learnt from the next read that sees it.
+// learnt from the next read that sees it. That revision lies in
+// (unknownAfter, unknownBy]: after every revision observed before the
+// write, and at or before the first revision of an operation that observed
+// its value (a failed compare-and-put, say; 0 while none did).
 type state struct {
-	exists  bool
-	value   string
-	modRev  int64
-	lastRev int64
+	exists       bool
+	value        string
+	modRev       int64
+	lastRev      int64
+	unknownAfter int64
+	unknownBy    int64
 }
 
 // Model is the porcupine model, partitioned by key.
@@ -117,10 +122,10 @@ func step(s state, in Input, out Output) (bool, interface{}) {
 		if out.Value != s.value || (s.modRev >= 0 && out.ModRev != s.modRev) || out.ModRev > out.Rev {
 			return false, s
 		}
-		if s.modRev < 0 && out.ModRev <= s.lastRev {
+		if s.modRev < 0 && (out.ModRev <= s.unknownAfter || (s.unknownBy > 0 && out.ModRev > s.unknownBy)) {
 			return false, s
 		}
-		s.modRev = out.ModRev
+		s.modRev, s.unknownAfter, s.unknownBy = out.ModRev, 0, 0
 		s.lastRev = out.Rev
 		return true, s
 	case Put:
@@ -149,6 +154,11 @@ func step(s state, in Input, out Output) (bool, interface{}) {
 			if out.Rev < s.lastRev {
 				return false, s
 			}
+			if s.exists && s.modRev < 0 && s.unknownBy == 0 {
+				// It saw the unknown write's value: that write's
+				// revision is at most this one.
+				s.unknownBy = out.Rev
+			}
 			s.lastRev = out.Rev
 			return true, s
 		}
@@ -165,12 +175,12 @@ func step(s state, in Input, out Output) (bool, interface{}) {
 func applyUnknown(s state, in Input) state {
 	switch in.Kind {
 	case Put:
-		return state{exists: true, value: in.Value, modRev: -1, lastRev: s.lastRev}
+		return state{exists: true, value: in.Value, modRev: -1, lastRev: s.lastRev, unknownAfter: s.lastRev}
 	case Delete:
 		return state{lastRev: s.lastRev}
 	case CompareAndPut:
 		if s.exists && s.value == in.Expect {
-			return state{exists: true, value: in.Value, modRev: -1, lastRev: s.lastRev}
+			return state{exists: true, value: in.Value, modRev: -1, lastRev: s.lastRev, unknownAfter: s.lastRev}
 		}
 	}
 	return s

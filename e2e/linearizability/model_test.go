@@ -61,6 +61,26 @@ func TestModel(t *testing.T) {
 			op(1, 2, 3, get("a"), seen("1", 7, 7)),
 			op(1, 4, 5, get("a"), seen("1", 6, 8)),
 		}, false},
+		// Seen in CI: an unknown put at 2411, a failed cas reading its value
+		// at 2412, then a get learning the put's revision 2411.
+		{"unknown put observed by a failed cas before its revision is learnt", []porcupine.Operation{
+			op(0, 0, 1, put("a", "1"), Output{Rev: 2407}),
+			op(1, 2, 4, cas("a", "x", "y"), Output{Succeeded: false, Rev: 2412}),
+			op(2, 3, Infinity, put("a", "2"), unknown),
+			op(3, 5, 6, get("a"), seen("2", 2411, 2416)),
+		}, true},
+		{"unknown put's revision is not after a read that saw it", []porcupine.Operation{
+			op(0, 0, 1, put("a", "1"), Output{Rev: 2407}),
+			op(2, 2, Infinity, put("a", "2"), unknown),
+			// Failing against "1", the cas saw "2".
+			op(1, 3, 4, cas("a", "1", "y"), Output{Succeeded: false, Rev: 2412}),
+			op(3, 5, 6, get("a"), seen("2", 2413, 2416)),
+		}, false},
+		{"unknown put's revision is after what was seen before it", []porcupine.Operation{
+			op(0, 0, 1, put("a", "1"), Output{Rev: 2407}),
+			op(2, 2, Infinity, put("a", "2"), unknown),
+			op(3, 5, 6, get("a"), seen("2", 2407, 2416)),
+		}, false},
 		{"delete then cas fails", []porcupine.Operation{
 			op(0, 0, 1, put("a", "1"), Output{Rev: 2}),
 			op(0, 2, 3, del("a"), Output{Deleted: 1, Rev: 3}),
