@@ -1,13 +1,12 @@
 package apply
 
 import (
-	"strconv"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/alarms"
+	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -26,12 +25,12 @@ func (a *Applier) applyAlarm(b *mvcc.Batch, r *pb.AlarmRequest) Result {
 	case pb.AlarmRequest_ACTIVATE:
 		if m := as.Activate(b, r.MemberID, r.Alarm); m != nil {
 			resp.Alarms = append(resp.Alarms, m)
-			a.lg.Warn("alarm raised", zap.Stringer("alarm", m.Alarm), zap.String("member", memberHex(m.MemberID)))
+			a.lg.Warn("alarm raised", zap.Stringer("alarm", m.Alarm), zap.String("member", membership.HexID(m.MemberID)))
 		}
 	case pb.AlarmRequest_DEACTIVATE:
 		if m := as.Deactivate(b, r.MemberID, r.Alarm); m != nil {
 			resp.Alarms = append(resp.Alarms, m)
-			a.lg.Info("alarm cleared", zap.Stringer("alarm", m.Alarm), zap.String("member", memberHex(m.MemberID)))
+			a.lg.Info("alarm cleared", zap.Stringer("alarm", m.Alarm), zap.String("member", membership.HexID(m.MemberID)))
 		}
 	}
 	return Result{Resp: resp}
@@ -94,5 +93,3 @@ func (a *Applier) quotaExceeded(res Result) Result {
 	}
 	return Result{Err: rpctypes.ErrGRPCNoSpace}
 }
-
-func memberHex(id uint64) string { return strconv.FormatUint(id, 16) }

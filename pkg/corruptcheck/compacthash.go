@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/membership"
 )
 
 // CompactHasher is what the compaction hash check needs besides Hasher: the
@@ -43,7 +45,7 @@ func NewCompactChecker(lg *zap.Logger, h CompactHasher) *CompactChecker {
 // member; with no quorum, CORRUPT is raised for member 0 (the whole
 // cluster). It returns the members alarmed.
 func (c *CompactChecker) CompactHashCheck(ctx context.Context) []uint64 {
-	c.lg.Info("starting compact hash check", zap.String("local-member-id", ID(c.h.MemberID())))
+	c.lg.Info("starting compact hash check", zap.String("local-member-id", membership.HexID(c.h.MemberID())))
 	hashes := c.uncheckedRevisions()
 	for i, hash := range hashes {
 		peers := c.h.PeerHashByRev(ctx, hash.Revision)
@@ -79,7 +81,7 @@ func (c *CompactChecker) checkPeerHashes(ctx context.Context, leaderHash KeyValu
 		}
 		if reason != "" {
 			c.lg.Warn("Skipped peer's hash", zap.Int("number-of-peers", len(peers)),
-				zap.String("leader-id", ID(leaderID)), zap.String("peer-id", ID(p.ID)), zap.String("reason", reason))
+				zap.String("leader-id", membership.HexID(leaderID)), zap.String("peer-id", membership.HexID(p.ID)), zap.String("reason", reason))
 			continue
 		}
 		peersChecked++
@@ -112,7 +114,7 @@ func (c *CompactChecker) checkPeerHashes(ctx context.Context, leaderHash KeyValu
 	if !quorumExist {
 		// Which members diverged is unknown: member 0, the whole cluster.
 		c.lg.Error("Detected compaction hash mismatch but cannot identify the corrupted members, so intentionally set the memberID as 0",
-			zap.String("leader-id", ID(leaderID)),
+			zap.String("leader-id", membership.HexID(leaderID)),
 			zap.Int64("leader-revision", leaderHash.Revision),
 			zap.Int64("leader-compact-revision", leaderHash.CompactRevision),
 			zap.Uint32("leader-hash", leaderHash.Hash),
@@ -132,7 +134,7 @@ func (c *CompactChecker) checkPeerHashes(ctx context.Context, leaderHash KeyValu
 			}
 		}
 		c.lg.Error("Detected compaction hash mismatch",
-			zap.String("leader-id", ID(leaderID)),
+			zap.String("leader-id", membership.HexID(leaderID)),
 			zap.Int64("leader-revision", leaderHash.Revision),
 			zap.Int64("leader-compact-revision", leaderHash.CompactRevision),
 			zap.Uint32("leader-hash", leaderHash.Hash),
@@ -188,7 +190,7 @@ func (c *CompactChecker) uncheckedRevisions() []KeyValueHash {
 func idList(ids []uint64) string {
 	s := make([]string, len(ids))
 	for i, id := range ids {
-		s[i] = ID(id)
+		s[i] = membership.HexID(id)
 	}
 	return strings.Join(s, ",")
 }

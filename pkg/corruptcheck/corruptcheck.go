@@ -8,10 +8,11 @@ package corruptcheck
 
 import (
 	"context"
-	"strconv"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/membership"
 )
 
 // KeyValueHash is a member's HashKV: the hash of its key space at Revision,
@@ -58,9 +59,6 @@ func New(lg *zap.Logger, h Hasher) *Checker {
 	return &Checker{lg: lg, h: h}
 }
 
-// ID formats a member ID as etcd does (types.ID.String: hex).
-func ID(id uint64) string { return strconv.FormatUint(id, 16) }
-
 // PeriodicCheck is etcd's PeriodicCheck, run by the leader. It hashes the
 // local key space (h), gathers the peers' hashes at h's revision, waits for
 // a linearizable read point and hashes again (h2), then:
@@ -102,7 +100,7 @@ func (c *Checker) PeriodicCheck(ctx context.Context) (uint64, error) {
 	if h2.Hash != h.Hash && h2.Revision == h.Revision && h.CompactRevision == h2.CompactRevision {
 		c.lg.Warn(
 			"found hash mismatch",
-			zap.String("local-member-id", ID(self)),
+			zap.String("local-member-id", membership.HexID(self)),
 			zap.Int64("revision-1", h.Revision),
 			zap.Int64("compact-revision-1", h.CompactRevision),
 			zap.Uint32("hash-1", h.Hash),
@@ -128,10 +126,10 @@ func (c *Checker) PeriodicCheck(ctx context.Context) (uint64, error) {
 		if peerRev > rev2 {
 			c.lg.Warn(
 				"revision from follower must be less than or equal to leader's",
-				zap.String("leader-member-id", ID(self)),
+				zap.String("leader-member-id", membership.HexID(self)),
 				zap.Int64("leader-revision", rev2),
 				zap.Int64("follower-revision", peerRev),
-				zap.String("follower-peer-id", ID(p.ID)),
+				zap.String("follower-peer-id", membership.HexID(p.ID)),
 			)
 			mismatch(p.ID)
 		}
@@ -141,10 +139,10 @@ func (c *Checker) PeriodicCheck(ctx context.Context) (uint64, error) {
 		if p.Resp.CompactRevision > h2.CompactRevision {
 			c.lg.Warn(
 				"compact revision from follower must be less than or equal to leader's",
-				zap.String("leader-member-id", ID(self)),
+				zap.String("leader-member-id", membership.HexID(self)),
 				zap.Int64("leader-compact-revision", h2.CompactRevision),
 				zap.Int64("follower-compact-revision", p.Resp.CompactRevision),
-				zap.String("follower-peer-id", ID(p.ID)),
+				zap.String("follower-peer-id", membership.HexID(p.ID)),
 			)
 			mismatch(p.ID)
 		}
@@ -154,14 +152,14 @@ func (c *Checker) PeriodicCheck(ctx context.Context) (uint64, error) {
 		if p.Resp.CompactRevision == h.CompactRevision && p.Resp.Hash != h.Hash {
 			c.lg.Warn(
 				"same compact revision then hashes must match",
-				zap.String("leader-member-id", ID(self)),
+				zap.String("leader-member-id", membership.HexID(self)),
 				zap.Int64("leader-revision", h.Revision),
 				zap.Int64("leader-compact-revision", h2.CompactRevision),
 				zap.Uint32("leader-hash", h.Hash),
 				zap.Int64("follower-revision", peerRev),
 				zap.Int64("follower-compact-revision", p.Resp.CompactRevision),
 				zap.Uint32("follower-hash", p.Resp.Hash),
-				zap.String("follower-peer-id", ID(p.ID)),
+				zap.String("follower-peer-id", membership.HexID(p.ID)),
 			)
 			mismatch(p.ID)
 		}

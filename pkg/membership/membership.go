@@ -355,3 +355,7 @@ func (c *Cluster) restoreLocked(members []Member, removed []uint64) {
 		c.removed[id] = true
 	}
 }
+
+// HexID is a member or cluster ID as etcd writes it in logs, metrics and
+// etcdctl output: lowercase hexadecimal without leading zeros.
+func HexID(id uint64) string { return strconv.FormatUint(id, 16) }

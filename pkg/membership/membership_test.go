@@ -109,3 +109,11 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Fatal("removed ID not restored")
 	}
 }
+
+func TestHexID(t *testing.T) {
+	for id, want := range map[uint64]string{0: "0", 0xa: "a", 0x8e9e05c52164694d: "8e9e05c52164694d", 1<<64 - 1: "ffffffffffffffff"} {
+		if got := HexID(id); got != want {
+			t.Errorf("HexID(%#x) = %q, want %q", id, got, want)
+		}
+	}
+}

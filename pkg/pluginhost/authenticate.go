@@ -12,12 +12,9 @@ import (
 	"go.uber.org/zap"
 	grpccodes "google.golang.org/grpc/codes"
 
+	"github.com/kvd-dev/kvd/pkg/authz"
 	pb "github.com/kvd-dev/kvd/pkg/pluginsdk/authpluginpb"
 )
-
-// maxUserBytes bounds a name a plugin may return, as kvd bounds its own
-// user names (authz.MaxNameBytes).
-const maxUserBytes = 32000
 
 // Identity is who an authenticator says a caller is. Groups name kvd roles;
 // Plugin is the authenticator that said so.
@@ -133,12 +130,12 @@ func identity(p *proc, resp *pb.AuthenticateResponse) (Identity, error) {
 	if user == "" {
 		return Identity{}, fmt.Errorf("empty user name")
 	}
-	if len(user) > maxUserBytes {
+	if len(user) > authz.MaxNameBytes {
 		return Identity{}, fmt.Errorf("user name of %d bytes", len(user))
 	}
 	groups := make([]string, 0, len(resp.GetGroups()))
 	for _, g := range resp.GetGroups() {
-		if g != "" && len(g) <= maxUserBytes {
+		if g != "" && len(g) <= authz.MaxNameBytes {
 			groups = append(groups, g)
 		}
 	}

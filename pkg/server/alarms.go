@@ -1,12 +1,11 @@
 package server
 
 import (
-	"strconv"
-
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -17,7 +16,7 @@ func newAlarms(st *mvcc.Store, lg *zap.Logger) (*alarms.Store, error) {
 		return nil, err
 	}
 	for _, a := range as.Get(0) {
-		lg.Warn("alarm raised", zap.Stringer("alarm", a.Alarm), zap.String("member", idHex(a.MemberID)))
+		lg.Warn("alarm raised", zap.Stringer("alarm", a.Alarm), zap.String("member", membership.HexID(a.MemberID)))
 	}
 	return as, nil
 }
@@ -37,5 +36,3 @@ func newQuota(c *config.Config, st *mvcc.Store, lg *zap.Logger) *alarms.Quota {
 	}
 	return q
 }
-
-func idHex(id uint64) string { return strconv.FormatUint(id, 16) }

@@ -80,7 +80,7 @@ func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st
 		OnStart: func(context.Context) error {
 			if periodic > 0 {
 				cm := corruptcheck.New(lg, h)
-				lg.Info("enabled corruption checking", zap.String("local-member-id", idHex(n.ID())), zap.Duration("interval", periodic))
+				lg.Info("enabled corruption checking", zap.String("local-member-id", membership.HexID(n.ID())), zap.Duration("interval", periodic))
 				every(periodic, "server has stopped; stopping kv hash's monitor", func() {
 					if _, err := cm.PeriodicCheck(ctx); err != nil && ctx.Err() == nil {
 						lg.Warn("failed to check hash KV", zap.Error(err))
@@ -89,7 +89,7 @@ func startCorruptMonitor(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st
 			}
 			if compact > 0 {
 				cc := corruptcheck.NewCompactChecker(lg, h)
-				lg.Info("enabled compaction hash check", zap.String("local-member-id", idHex(n.ID())), zap.Duration("interval", compact))
+				lg.Info("enabled compaction hash check", zap.String("local-member-id", membership.HexID(n.ID())), zap.Duration("interval", compact))
 				every(compact, "server has stopped; stopping compact hash's monitor", func() { cc.CompactHashCheck(ctx) })
 			}
 			return nil
@@ -144,7 +144,7 @@ func (h *corruptHasher) PeerHashByRev(ctx context.Context, rev int64) []corruptc
 		p := corruptcheck.PeerHash{ID: m.ID, Endpoints: m.PeerURLs}
 		p.Resp, p.Err = peerHashKV(ctx, m.PeerURLs, h.cl.ID(), h.peerCreds, rev)
 		if p.Err != nil {
-			h.lg.Warn("failed hash kv request", zap.String("local-member-id", idHex(h.n.ID())),
+			h.lg.Warn("failed hash kv request", zap.String("local-member-id", membership.HexID(h.n.ID())),
 				zap.Int64("requested-revision", rev), zap.Strings("remote-peer-endpoints", m.PeerURLs), zap.Error(p.Err))
 		}
 		out = append(out, p)
@@ -158,7 +158,7 @@ func (h *corruptHasher) LinearizableReadNotify(ctx context.Context) error {
 
 func (h *corruptHasher) TriggerCorruptAlarm(ctx context.Context, id uint64) {
 	if err := h.s.RaiseCorrupt(ctx, id); err != nil && !errors.Is(err, context.Canceled) {
-		h.lg.Warn("raising the CORRUPT alarm failed", zap.String("member", idHex(id)), zap.Error(err))
+		h.lg.Warn("raising the CORRUPT alarm failed", zap.String("member", membership.HexID(id)), zap.Error(err))
 	}
 }
 

@@ -75,7 +75,7 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 		r.MustRegister(g)
 	}
 	info("version", "Which version is running. 1 for 'server_version' label with current version.", "server_version", Version)
-	info("id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", "server_id", memberHex(cl.Self()))
+	info("id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", "server_id", membership.HexID(cl.Self()))
 
 	mt := &Metrics{
 		Registry:  r,
@@ -95,30 +95,18 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 	return mt
 }
 
-func memberHex(id uint64) string {
-	const digits = "0123456789abcdef"
-	if id == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; id > 0; id >>= 4 {
-		b = append([]byte{digits[id&15]}, b...)
-	}
-	return string(b)
-}
-
 // SnapshotSent counts a raft snapshot send to a peer by outcome.
 func (m *Metrics) SnapshotSent(to uint64, ok bool) {
 	if ok {
-		m.snapSent.WithLabelValues(memberHex(to)).Inc()
+		m.snapSent.WithLabelValues(membership.HexID(to)).Inc()
 	} else {
-		m.snapSendFailed.WithLabelValues(memberHex(to)).Inc()
+		m.snapSendFailed.WithLabelValues(membership.HexID(to)).Inc()
 	}
 }
 
 // SnapshotReceived counts a raft snapshot received from a peer.
 func (m *Metrics) SnapshotReceived(from uint64) {
-	m.snapReceived.WithLabelValues(memberHex(from)).Inc()
+	m.snapReceived.WithLabelValues(membership.HexID(from)).Inc()
 }
 
 // watchMetrics adapts Metrics to the watch hub's hooks.
