@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -28,6 +29,19 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := checkRange(r); err != nil {
 		return nil, err
 	}
+	// As etcd, the time of a Range includes its linearizable wait, and
+	// the response logged is the one before its header is filled.
+	start := time.Now()
+	resp, err := s.rangeRead(ctx, r)
+	s.slow.ReadOnlyRange(start, r, resp, err)
+	if err != nil {
+		return nil, err
+	}
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if !r.Serializable {
 		if err := s.linearize(ctx); err != nil {
 			return nil, err
@@ -54,7 +68,6 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := s.readStale(checked); err != nil {
 		return nil, err
 	}
-	s.fill(resp.Header)
 	return resp, nil
 }
 
@@ -123,25 +136,12 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 				return nil, err
 			}
 		}
-		ctx, err := s.withCaller(ctx)
+		// As etcd, the time of a read-only Txn starts after its
+		// linearizable wait.
+		start := time.Now()
+		resp, err := s.readOnlyTxn(ctx, r)
+		s.slow.ReadOnlyTxn(start, r, resp, err)
 		if err != nil {
-			return nil, err
-		}
-		checked, err := s.readCheck(ctx, func(who authz.Info) error { return apply.CheckTxn(s.Auth, who, r, nil) })
-		if err != nil {
-			return nil, err
-		}
-		_, err = s.authorize(ctx, methodTxn, txnAccesses(r))
-		if err != nil {
-			return nil, err
-		}
-		rv := s.Store.Read()
-		resp, err := apply.ReadOnlyTxn(rv, s.Store.CompactRev(), r)
-		rv.End()
-		if err != nil {
-			return nil, mvccErr(err)
-		}
-		if err := s.readStale(checked); err != nil {
 			return nil, err
 		}
 		s.fill(resp.Header)
@@ -160,6 +160,31 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	}
 	resp := res.Resp.(*pb.TxnResponse)
 	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (s *Server) readOnlyTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	ctx, err := s.withCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	checked, err := s.readCheck(ctx, func(who authz.Info) error { return apply.CheckTxn(s.Auth, who, r, nil) })
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.authorize(ctx, methodTxn, txnAccesses(r))
+	if err != nil {
+		return nil, err
+	}
+	rv := s.Store.Read()
+	resp, err := apply.ReadOnlyTxn(rv, s.Store.CompactRev(), r)
+	rv.End()
+	if err != nil {
+		return nil, mvccErr(err)
+	}
+	if err := s.readStale(checked); err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 

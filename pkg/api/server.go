@@ -60,6 +60,10 @@ type Config struct {
 	ClientCertAuth bool
 	// BcryptCost hashes new passwords (bcrypt-cost).
 	BcryptCost int
+	// WarningApplyDuration: a Range or read-only Txn served from this
+	// member that takes longer is logged, as etcd logs it
+	// (warning-apply-duration; 0 logs every read, as etcd).
+	WarningApplyDuration time.Duration
 	// StrictReconfigCheck refuses member changes that would leave fewer
 	// voting members up than a quorum (strict-reconfig-check); without it
 	// they are proposed as asked.
@@ -94,6 +98,12 @@ type Deps struct {
 	// LeaderCreds chooses the credentials to reach another member's client
 	// URL (lease and promote calls only the leader answers); nil: no TLS.
 	LeaderCreds func(url string) (credentials.TransportCredentials, error)
+	// SlowReads, if set, counts the reads logged as slow (etcd counts
+	// them on etcd_server_slow_apply_total, with slow applies).
+	SlowReads apply.Counter
+	// SlowReadIndexes, if set, counts linearizable reads whose read index
+	// round timed out (etcd_server_slow_read_indexes_total).
+	SlowReadIndexes apply.Counter
 }
 
 // Server implements the services.
@@ -105,6 +115,8 @@ type Server struct {
 	// even started (a noop span still costs a context per call).
 	tracing bool
 	leader  leaderConns
+	// slow logs slow reads.
+	slow apply.SlowLog
 }
 
 // Close releases the connection to the leader, if one was opened.
@@ -133,6 +145,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.ElectionTimeout = time.Second
 	}
 	s := &Server{cfg: cfg, Deps: d, tracing: tracing}
+	s.slow = apply.SlowLog{Logger: d.Logger, Limit: cfg.WarningApplyDuration, Slow: d.SlowReads}
 	s.leader.creds = d.LeaderCreds
 	s.ids.init(d.Raft.ID(), time.Now())
 	return s
@@ -221,15 +234,28 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	}
 }
 
+// errReadIndexTimeout is the cause of a read index round that ran out of
+// the request timeout.
+var errReadIndexTimeout = errors.New("read index timed out")
+
 // linearize waits until this member has applied everything committed before
 // the call: a read after it is linearizable.
 func (s *Server) linearize(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errReadIndexTimeout)
 	defer cancel()
 	ctx, span := s.span(ctx, "raft.readindex")
 	defer span.End()
 	idx, err := s.Raft.ReadIndex(ctx)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errReadIndexTimeout) {
+			// As etcd, whose read index round gives up after the
+			// request timeout (not the caller's own deadline).
+			s.Logger.Warn("timed out waiting for read index response (local node might have slow network)",
+				zap.Duration("timeout", s.cfg.RequestTimeout))
+			if s.SlowReadIndexes != nil {
+				s.SlowReadIndexes.Inc()
+			}
+		}
 		return s.raftErr(ctx, err)
 	}
 	if err := s.Applied.Wait(ctx, idx); err != nil {

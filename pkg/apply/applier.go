@@ -78,6 +78,9 @@ type Config struct {
 	// WarningApplyDuration: an apply that takes longer is logged
 	// (warning-apply-duration; 0 logs every apply, as etcd).
 	WarningApplyDuration time.Duration
+	// SlowApplies, if set, counts the applies logged as slow
+	// (etcd_server_slow_apply_total).
+	SlowApplies Counter
 }
 
 // Applier is the actor that applies committed entries to the MVCC store, one
@@ -86,6 +89,7 @@ type Config struct {
 type Applier struct {
 	cfg       Config
 	lg        *zap.Logger
+	slow      SlowLog
 	lastSnap  uint64
 	confState *raftpb.ConfState
 	results   []pending
@@ -117,7 +121,8 @@ func New(cfg Config) *Applier {
 	if cs == nil {
 		cs = &raftpb.ConfState{}
 	}
-	return &Applier{cfg: cfg, lg: lg, lastSnap: cfg.SnapshotIndex, confState: cs, installc: make(chan installReq)}
+	slow := SlowLog{Logger: lg, Limit: cfg.WarningApplyDuration, Slow: cfg.SlowApplies}
+	return &Applier{cfg: cfg, lg: lg, slow: slow, lastSnap: cfg.SnapshotIndex, confState: cs, installc: make(chan installReq)}
 }
 
 // Install runs install on the applier once everything handed to it before
@@ -326,7 +331,7 @@ func (a *Applier) maybeSnapshot() error {
 func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) (res Result) {
 	span := a.startSpan(req)
 	defer span.End()
-	defer a.warnIfSlow(time.Now(), req, &res)
+	defer a.slow.Apply(time.Now(), req, &res)
 	if req.Alarm != nil {
 		return a.applyAlarm(b, req.Alarm)
 	}

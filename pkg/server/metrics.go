@@ -21,6 +21,9 @@ type Metrics struct {
 	events    prometheus.Counter
 	unsynced  prometheus.Gauge
 	slowWatch prometheus.Gauge
+	// Applies and reads slower than warning-apply-duration; read index
+	// rounds that timed out.
+	slowApplies, slowReadIndexes prometheus.Counter
 	// Raft snapshots sent to and received from peers, by peer ID.
 	snapSent, snapSendFailed, snapReceived *prometheus.CounterVec
 }
@@ -84,6 +87,11 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 		events:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "events_total", Help: "Total number of events sent by this member."}),
 		unsynced:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "pending_events_total", Help: "Total number of unsynced watchers (kvd: watchers catching up)."}),
 		slowWatch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "mvcc", Name: "slow_watcher_total", Help: "Total number of unsynced slow watchers."}),
+
+		slowApplies: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "slow_apply_total",
+			Help: "The total number of slow apply requests (likely overloaded from slow disk)."}),
+		slowReadIndexes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "slow_read_indexes_total",
+			Help: "The total number of pending read indexes not in sync with leader's or timed out read index requests."}),
 	}
 	snapCounter := func(name, help, label string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network", Name: name, Help: help}, []string{label})
@@ -91,7 +99,8 @@ func newMetrics(cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *a
 	mt.snapSent = snapCounter("snapshot_send_success", "Total number of successful snapshot sends", "To")
 	mt.snapSendFailed = snapCounter("snapshot_send_failures", "Total number of snapshot send failures", "To")
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
-	r.MustRegister(disk.walFsync, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived)
+	r.MustRegister(disk.walFsync, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
+		mt.slowApplies, mt.slowReadIndexes)
 	return mt
 }
 

@@ -220,7 +220,7 @@ func newWatchConfig(c *config.Config, st *mvcc.Store, mt *Metrics, lg *zap.Logge
 	return watchhub.Config{Store: st, Logger: lg.Named("watch"), Metrics: watchMetrics{mt}, ProgressInterval: c.WatchProgressNotifyInterval.Std()}
 }
 
-func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, plugins *pluginhost.Host, as *alarms.Store, q *alarms.Quota, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
+func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, cl *membership.Cluster, ptr *transport.Transport, lm *leasemgr.Manager, hub *watchhub.Hub, az *authz.Store, plugins *pluginhost.Host, as *alarms.Store, q *alarms.Quota, mt *Metrics, tr trace.Tracer, lg *zap.Logger) (*api.Server, error) {
 	// Calls only the leader answers are relayed to its client URL, which
 	// may be https: dial it as a client, with the client block.
 	clientTLS, err := tlsconf.ForClient(c, lg)
@@ -245,9 +245,11 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		ClientCertAuth:  c.ClientTLS.ClientCertAuth,
 		BcryptCost:      int(c.BcryptCost),
 
+		WarningApplyDuration: c.WarningApplyDuration.Std(),
+
 		StrictReconfigCheck: c.StrictReconfigCheck,
 	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins, Alarms: as, Quota: q,
-		LeaderCreds: clientTLS.DialCredentials})
+		LeaderCreds: clientTLS.DialCredentials, SlowReads: mt.slowApplies, SlowReadIndexes: mt.slowReadIndexes})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
 	return s, nil
 }
@@ -302,6 +304,7 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 			Logger:        lg.Named("apply"),
 
 			WarningApplyDuration: c.WarningApplyDuration.Std(),
+			SlowApplies:          mt.slowApplies,
 		}),
 	}
 	a.Expirer = newExpirer(c, n, lm, s, lg)
