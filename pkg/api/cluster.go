@@ -68,7 +68,8 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	typ := raftpb.ConfChangeAddNode
 	if r.IsLearner {
 		typ = raftpb.ConfChangeAddLearnerNode
-	} else if err := s.checkQuorum(1, 0); err != nil {
+	}
+	if err := s.mayAddMember(r.IsLearner); err != nil {
 		return nil, err
 	}
 	if err := s.proposeConfChange(ctx, typ, m.ID, apply.ConfChangeContext{Member: m}); err != nil {
@@ -84,10 +85,8 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 	if !ok {
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
-	if !m.IsLearner {
-		if err := s.checkQuorum(0, r.ID); err != nil {
-			return nil, err
-		}
+	if err := s.mayRemoveMember(m.ID); err != nil {
+		return nil, err
 	}
 	if err := s.proposeConfChange(ctx, raftpb.ConfChangeRemoveNode, r.ID, apply.ConfChangeContext{Member: membership.Member{ID: r.ID}}); err != nil {
 		return nil, err
@@ -130,7 +129,7 @@ func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 	if err := s.learnerReady(ctx, r.ID); err != nil {
 		return nil, err
 	}
-	if err := s.checkQuorum(1, 0); err != nil {
+	if err := s.mayPromoteMember(); err != nil {
 		return nil, err
 	}
 	m.IsLearner = false
@@ -158,29 +157,151 @@ func (s *Server) learnerReady(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// checkQuorum refuses a change after which the voting members that are up
-// would fall short of a quorum: adding voters, or removing one (etcd's
-// strict reconfiguration check, "not enough started members").
-func (s *Server) checkQuorum(added int, removing uint64) error {
-	if !s.cfg.StrictReconfigCheck || s.PeerActive == nil {
+// HealthInterval is how long this member must have been connected to a
+// voting peer for the strict reconfiguration check to count it as active
+// (etcd's etcdserver.HealthInterval).
+const HealthInterval = 5 * time.Second
+
+// votingMembers returns the members that are not learners.
+func (s *Server) votingMembers() []membership.Member {
+	var out []membership.Member
+	for _, m := range s.Cluster.Members() {
+		if !m.IsLearner {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// started reports whether m has published its name, which an added member
+// does once it runs (etcd's Member.IsStarted; the members of the initial
+// cluster are named from the start).
+func started(m membership.Member) bool { return m.Name != "" }
+
+func quorum(n int) int { return n/2 + 1 }
+
+// connectedSince reports whether this member has been connected to peer id
+// continuously since t (etcd's isConnectedSince).
+func (s *Server) connectedSince(id uint64, t time.Time) bool {
+	if s.PeerActiveSince == nil {
+		return false
+	}
+	at := s.PeerActiveSince(id)
+	return !at.IsZero() && at.Before(t)
+}
+
+// numConnectedSince counts the members of ms this member has been connected
+// to continuously since t, itself included (etcd's numConnectedSince).
+func (s *Server) numConnectedSince(ms []membership.Member, t time.Time) int {
+	n := 0
+	for _, m := range ms {
+		if m.ID == s.Raft.ID() || s.connectedSince(m.ID, t) {
+			n++
+		}
+	}
+	return n
+}
+
+// healthSince is the time since which a peer must have been connected to
+// count as active.
+func (s *Server) healthSince() time.Time {
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	d := s.cfg.HealthInterval
+	if d == 0 {
+		d = HealthInterval
+	}
+	return now().Add(-d)
+}
+
+// mayAddMember is etcd's strict reconfiguration check of a member add: a
+// voter is refused with "not enough started members" unless the started
+// voters would still be a quorum with it (a voter added to a one-member
+// cluster whose member is started passes, as in etcd: restoring a cluster
+// from one member); any add is refused as "unhealthy cluster" unless this
+// member has been connected for HealthInterval to a quorum of the voters
+// counted with the new member (always allowed in a one-voter cluster).
+func (s *Server) mayAddMember(learner bool) error {
+	if !s.cfg.StrictReconfigCheck {
 		return nil
 	}
-	voters, up := added, 0
-	for _, m := range s.Cluster.Members() {
-		if m.IsLearner || m.ID == removing {
+	voters := s.votingMembers()
+	if !learner {
+		members, up := len(voters)+1, 0
+		for _, m := range voters {
+			if started(m) {
+				up++
+			}
+		}
+		if !(up == 1 && members == 2) && up < quorum(members) {
+			return rpctypes.ErrGRPCMemberNotEnoughStarted
+		}
+	}
+	if len(voters) == 1 {
+		return nil
+	}
+	if s.numConnectedSince(voters, s.healthSince()) < quorum(len(voters)+1) {
+		return rpctypes.ErrGRPCUnhealthy
+	}
+	return nil
+}
+
+// mayRemoveMember is etcd's strict reconfiguration check of a member
+// remove: a learner may always go; a voter is refused with "not enough
+// started members" unless the other started voters are a quorum of the
+// others. A voter this member has no stream to now may go (it is not in the
+// active quorum); else it is refused as "unhealthy cluster" unless the
+// voters this member has been connected to for HealthInterval, less one,
+// are a quorum of the voters less one.
+func (s *Server) mayRemoveMember(id uint64) error {
+	if !s.cfg.StrictReconfigCheck {
+		return nil
+	}
+	if m, ok := s.Cluster.Member(id); ok && m.IsLearner {
+		return nil
+	}
+	voters := s.votingMembers()
+	others, up := 0, 0
+	for _, m := range voters {
+		if m.ID == id {
 			continue
 		}
-		voters++
-		if m.ID == s.Raft.ID() || s.PeerActive(m.ID) {
+		others++
+		if started(m) {
 			up++
 		}
 	}
-	if added == 1 && voters == 2 && up == 1 {
-		// As etcd: a voter added to a one-member cluster (restoring a
-		// cluster from one member, e.g. after force-new-cluster).
+	if up < quorum(others) {
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	}
+	if id != s.Raft.ID() && (s.PeerActiveSince == nil || s.PeerActiveSince(id).IsZero()) {
 		return nil
 	}
-	if up < voters/2+1 {
+	if active := s.numConnectedSince(voters, s.healthSince()); active-1 < 1+(len(voters)-1)/2 {
+		return rpctypes.ErrGRPCUnhealthy
+	}
+	return nil
+}
+
+// mayPromoteMember is etcd's strict reconfiguration check of a promotion
+// (after the learner's log was found close enough to the leader's): it is
+// refused with "not enough started members" unless the started voters and
+// the learner are a quorum of the voters with the learner. Connections are
+// not checked, as in etcd.
+func (s *Server) mayPromoteMember() error {
+	if !s.cfg.StrictReconfigCheck {
+		return nil
+	}
+	members, up := 1, 1
+	for _, m := range s.votingMembers() {
+		members++
+		if started(m) {
+			up++
+		}
+	}
+	if up < quorum(members) {
 		return rpctypes.ErrGRPCMemberNotEnoughStarted
 	}
 	return nil

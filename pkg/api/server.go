@@ -65,9 +65,15 @@ type Config struct {
 	// (warning-apply-duration; 0 logs every read, as etcd).
 	WarningApplyDuration time.Duration
 	// StrictReconfigCheck refuses member changes that would leave fewer
-	// voting members up than a quorum (strict-reconfig-check); without it
-	// they are proposed as asked.
+	// started voting members, or voting members this member has been
+	// connected to for HealthInterval, than a quorum
+	// (strict-reconfig-check, etcd's mayAddMember, mayRemoveMember and
+	// mayPromoteMember); without it they are proposed as asked.
 	StrictReconfigCheck bool
+	// HealthInterval is how long a peer must have been connected to count
+	// in that check; 0 is etcd's HealthInterval, negative counts a peer
+	// as soon as its stream is up (tests).
+	HealthInterval time.Duration
 }
 
 // Deps are the member's parts the API talks to.
@@ -77,11 +83,14 @@ type Deps struct {
 	Registry *apply.Registry
 	Applied  *apply.Applied
 	Cluster  *membership.Cluster
-	// PeerActive reports whether the stream to a peer is up (the strict
-	// reconfiguration check); nil skips the check.
-	PeerActive func(id uint64) bool
-	Tracer     trace.Tracer
-	Logger     *zap.Logger
+	// PeerActiveSince returns since when the stream to a peer has been up,
+	// the zero time if it is down (the transport's ActiveSince, for the
+	// strict reconfiguration check); nil: no peer is connected.
+	PeerActiveSince func(id uint64) time.Time
+	// Now is the clock of the strict reconfiguration check; nil: time.Now.
+	Now    func() time.Time
+	Tracer trace.Tracer
+	Logger *zap.Logger
 	// Leases, if set, serves the Lease service.
 	Leases *leasemgr.Manager
 	// WatchHub, if set, serves the Watch service.

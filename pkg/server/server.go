@@ -227,14 +227,6 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 	if err != nil {
 		return nil, err
 	}
-	peerActive := func(id uint64) bool {
-		for _, p := range ptr.PeerHealth() {
-			if p.ID == id {
-				return p.Active
-			}
-		}
-		return false
-	}
 	s := api.New(api.Config{
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
@@ -248,11 +240,17 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 		WarningApplyDuration: c.WarningApplyDuration.Std(),
 
 		StrictReconfigCheck: c.StrictReconfigCheck,
-	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActive: peerActive, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins, Alarms: as, Quota: q,
+		HealthInterval:      healthInterval,
+	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActiveSince: ptr.ActiveSince, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins, Alarms: as, Quota: q,
 		LeaderCreds: clientTLS.DialCredentials, SlowReads: mt.slowApplies, SlowReadIndexes: mt.slowReadIndexes})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
 	return s, nil
 }
+
+// healthInterval is how long a peer must have been connected to count for
+// the strict reconfiguration check: etcd's 5s (api.HealthInterval); the
+// package's tests, which change members right after a start, shorten it.
+var healthInterval = api.HealthInterval
 
 // Actors are the member's running actors.
 type Actors struct {

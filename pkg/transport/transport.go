@@ -348,6 +348,25 @@ func (t *Transport) PeerHealth() []PeerStatus {
 	return out
 }
 
+// ActiveSince returns when the stream to peer id opened if it is open now,
+// and the zero time if it is not or id is not a peer (etcd's
+// Transporter.ActiveSince): the strict reconfiguration check counts a peer
+// as connected only once it has been so for a while.
+func (t *Transport) ActiveSince(id uint64) time.Time {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	if p == nil {
+		return time.Time{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.active {
+		return time.Time{}
+	}
+	return p.since
+}
+
 // Stop closes the listener and every stream, and returns once every goroutine
 // of the transport has ended (including callbacks in progress). Sends after
 // Stop are dropped.

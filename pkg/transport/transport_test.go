@@ -214,14 +214,27 @@ func TestReconnectAfterPeerRestart(t *testing.T) {
 	connect(t, a, b)
 	a.Send([]*raftpb.Message{msg(1, 2, 1, 0)})
 	waitFor(t, "first message", func() bool { return len(b.Received()) == 1 })
+	up := a.ActiveSince(2)
+	if up.IsZero() || up.After(time.Now()) {
+		t.Fatalf("ActiveSince(2) with the stream up: %v", up)
+	}
+	if got := a.ActiveSince(9); !got.IsZero() {
+		t.Errorf("ActiveSince of a stranger: %v, want zero", got)
+	}
 
 	b.Stop()
 	waitFor(t, "stream down", func() bool { h := a.Health(2); return !h.Active && h.LastError != nil })
+	if got := a.ActiveSince(2); !got.IsZero() {
+		t.Errorf("ActiveSince(2) with the stream down: %v, want zero", got)
+	}
 	a.Send([]*raftpb.Message{msg(1, 2, 2, 0)}) // lost: nobody listens
 	waitFor(t, "dropped message reported", func() bool { return a.Unreachables(2) > 0 })
 
 	b2 := startMember(t, 2, 7, b.addr, nil)
 	waitFor(t, "stream back up", func() bool { return a.Health(2).Active })
+	if got := a.ActiveSince(2); !got.After(up) {
+		t.Errorf("ActiveSince(2) after the stream came back: %v, want after the first stream's %v", got, up)
+	}
 	var batch []*raftpb.Message
 	for seq := uint64(3); seq < 103; seq++ {
 		batch = append(batch, msg(1, 2, seq, 0))
