@@ -10,7 +10,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvd-dev/kvd/e2e/harness"
@@ -41,9 +40,6 @@ func TestQuotaNoSpace(t *testing.T) {
 			got := quotaScenario(t, bin, harness.StartKVD(t, harness.Options{Engine: engine, Args: args}))
 			if got == nil {
 				return
-			}
-			if n := len(got); n > 0 && got[n-1] == "<stopped: badger keeps its space>" {
-				got, want = got[:n-1], want[:min(n-1, len(want))]
 			}
 			for i := range max(len(got), len(want)) {
 				var g, w string
@@ -97,8 +93,6 @@ func quotaScenario(t *testing.T, bin string, p *harness.Process) []string {
 	note("status quota %d errors %q", st.DbSizeQuota, st.Errors)
 
 	// Fill: 128 KiB values until refused. Every acknowledged put is kept.
-	// Badger's size is re-measured once a second (it walks the directory),
-	// so kvd on Badger may overshoot by what a second of puts writes.
 	value := bytes.Repeat([]byte("0123456789abcdef"), 8<<10)
 	acked := map[string]bool{}
 	var fillErr error
@@ -172,14 +166,6 @@ func quotaScenario(t *testing.T, bin string, p *harness.Process) []string {
 	_, err = cli.Defragment(ctx, p.Endpoint())
 	note("defrag: %s", errStr(err))
 	if size := status().DbSize; size >= quotaBytes {
-		if !p.IsEtcd() && engineOf(p) == "badger" {
-			// Known: kvd's Badger defragment (flatten + value log GC) never
-			// rewrites the active value log file, which holds everything
-			// here, so the space is not given back and a disarm is followed
-			// by a new NOSPACE. The rest of the scenario cannot match.
-			t.Logf("KNOWN LIMITATION: Badger db size %d after delete, compact and defrag; quota %d: stopping before disarm", size, quotaBytes)
-			return append(obs, "<stopped: badger keeps its space>")
-		}
 		t.Errorf("db size %d after delete, compact and defrag; quota %d", size, quotaBytes)
 	}
 	note("etcdctl alarm disarm: %s", ctlOut("alarm", "disarm"))
@@ -200,15 +186,4 @@ func quotaScenario(t *testing.T, bin string, p *harness.Process) []string {
 	ar, err = mc.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NONE})
 	note("activate NONE: %s %v", errStr(err), ar.GetAlarms())
 	return obs
-}
-
-var _ = rpctypes.ErrGRPCNoSpace
-
-func engineOf(p *harness.Process) string {
-	for _, e := range harness.Engines() {
-		if strings.Contains(p.DataDir(), e) || strings.Contains(p.Label(), e) {
-			return e
-		}
-	}
-	return ""
 }

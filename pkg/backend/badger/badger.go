@@ -15,8 +15,9 @@
 // Update fails with backend.ErrUpdateTooLarge and commits nothing.
 //
 // Files live in Dir/<name>, where Dir/CURRENT names the live subdirectory
-// (default "data"); Restore builds a new subdirectory and switches CURRENT,
-// so a crash during Restore leaves the old data in place.
+// (default "data"). Restore and Defrag build a new subdirectory and switch
+// CURRENT, so a crash during either leaves the old data in place, and Open
+// removes whatever subdirectory CURRENT does not name.
 package badger
 
 import (
@@ -29,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -46,10 +48,9 @@ const (
 	currentFile    = "CURRENT"
 	defaultDataDir = "data"
 
-	// sizeTTL bounds how stale Size may be; computing it walks the directory.
+	// sizeTTL bounds how often Size walks the directory; between walks it
+	// adds the bytes committed since the last one.
 	sizeTTL = time.Second
-	// gcRounds bounds the value log files one Defrag rewrites.
-	gcRounds = 64
 )
 
 // Options tune Badger. The zero value gives the defaults.
@@ -147,18 +148,45 @@ func (o Options) badgerOptions(dir string, sync bool) badger.Options {
 
 // Backend is a Badger-backed backend.Backend.
 type Backend struct {
-	dir string // the live data subdirectory
-	db  *badger.DB
+	root string // opts.Dir: CURRENT and the data subdirectories
+	sync bool
+	opts Options // with defaults applied
 	// arena is the size of one memtable's skiplist arena (HeapArenaBytes).
 	arena int64
 
 	gate gate.Gate // every operation and every open ReadTx holds it
 	// writeMu serialises Update and Defrag, so transactions never conflict.
+	// It also guards the replacement of cur.
 	writeMu sync.Mutex
+	// curMu guards cur for readers, which pin the store they read.
+	curMu sync.RWMutex
+	cur   *store
 
 	sizeMu sync.Mutex
 	sizeAt time.Time
 	size   int64
+	// written counts the bytes committed since size was measured.
+	written atomic.Int64
+	// retiring counts stores replaced by Defrag and not yet closed.
+	retiring sync.WaitGroup
+	lg       *zap.Logger
+}
+
+// store is one open database. Defrag replaces the live store with a copy;
+// the old one closes once the readers that pinned it are done.
+type store struct {
+	db      *badger.DB
+	dir     string
+	readers sync.WaitGroup
+}
+
+// pin returns the live store, which stays open until unpinned.
+func (be *Backend) pin() *store {
+	be.curMu.RLock()
+	defer be.curMu.RUnlock()
+	s := be.cur
+	s.readers.Add(1)
+	return s
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -187,7 +215,10 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open badger db %s: %w", dir, err)
 	}
-	return &Backend{dir: dir, db: db, arena: bo.arenaBytes()}, nil
+	return &Backend{
+		root: opts.Dir, sync: opts.Sync, opts: bo, arena: bo.arenaBytes(),
+		cur: &store{db: db, dir: dir}, lg: bo.logger(),
+	}, nil
 }
 
 // arenaBytes is the size of the arena Badger allocates on the Go heap for
@@ -245,7 +276,11 @@ func (be *Backend) ReadTx() (backend.ReadTx, error) {
 	if !be.gate.Enter() {
 		return nil, backend.ErrClosed
 	}
-	return &readTx{txn: be.db.NewTransaction(false), exit: be.gate.Exit}, nil
+	s := be.pin()
+	return &readTx{txn: s.db.NewTransaction(false), exit: func() {
+		s.readers.Done()
+		be.gate.Exit()
+	}}, nil
 }
 
 // Update implements backend.Backend.
@@ -256,7 +291,8 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 	defer be.gate.Exit()
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
-	txn := be.db.NewTransaction(true)
+	// Holding writeMu, cur cannot change under us.
+	txn := be.cur.db.NewTransaction(true)
 	defer txn.Discard()
 	w := &writeTx{readTx: readTx{txn: txn}}
 	ferr := fn(w)
@@ -268,23 +304,42 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 		return w.err
 	}
 	if err := txn.Commit(); err != nil {
-		return fmt.Errorf("commit badger txn in %s: %w", be.dir, err)
+		return fmt.Errorf("commit badger txn in %s: %w", be.cur.dir, err)
 	}
+	be.written.Add(w.bytes)
 	return nil
 }
 
 // Size is the disk space of the data directory: blocks actually allocated,
-// since Badger's memtable and value logs are large sparse files. It may lag
-// by up to a second.
+// since Badger's memtable and value logs are large sparse files. Walking the
+// directory is costly, so between walks (at most one a second) Size adds the
+// key and value bytes committed since the last walk: an estimate that errs
+// high, so a quota is not overshot by a second of writes.
 func (be *Backend) Size() int64 {
+	if !be.gate.Enter() {
+		return 0
+	}
+	defer be.gate.Exit()
 	be.sizeMu.Lock()
 	defer be.sizeMu.Unlock()
 	if now := time.Now(); now.Sub(be.sizeAt) >= sizeTTL {
-		if n, err := diskUsage(be.dir); err == nil {
+		s := be.pin()
+		written := be.written.Load()
+		n, err := diskUsage(s.dir)
+		s.readers.Done()
+		if err == nil {
 			be.size, be.sizeAt = n, now
+			be.written.Add(-written)
 		}
 	}
-	return be.size
+	return be.size + be.written.Load()
+}
+
+// remeasure makes the next Size walk the directory.
+func (be *Backend) remeasure() {
+	be.sizeMu.Lock()
+	be.sizeAt = time.Time{}
+	be.sizeMu.Unlock()
 }
 
 // SizeInUse is Size: Badger cannot tell live from dead bytes cheaply.
@@ -326,51 +381,25 @@ func (be *Backend) Snapshot(w io.Writer) (int64, error) {
 		return 0, backend.ErrClosed
 	}
 	defer be.gate.Exit()
+	s := be.pin()
+	defer s.readers.Done()
 	sw, err := newSnapshotWriter(w)
 	if err != nil {
-		return sw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+		return sw.n, fmt.Errorf("badger snapshot of %s: %w", s.dir, err)
 	}
-	stream := be.db.NewStream()
+	stream := s.db.NewStream()
 	stream.Prefix = []byte{nsData}
 	stream.LogPrefix = "kvd snapshot"
 	// Each stream goroutine allocates its own multi-MiB buffers; a snapshot
 	// is rare and bound by the writer it feeds, not by iteration.
 	stream.NumGo = 2
 	if _, err := stream.Backup(sw, 0); err != nil {
-		return sw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+		return sw.n, fmt.Errorf("badger snapshot of %s: %w", s.dir, err)
 	}
 	if err := sw.finish(); err != nil {
-		return sw.n, fmt.Errorf("badger snapshot of %s: %w", be.dir, err)
+		return sw.n, fmt.Errorf("badger snapshot of %s: %w", s.dir, err)
 	}
 	return sw.n, nil
-}
-
-// Defrag compacts the LSM tree into one level, dropping overwritten and
-// deleted versions that no open ReadTx can see, then rewrites value log files
-// that are at least half garbage. Writers wait while it runs.
-func (be *Backend) Defrag() error {
-	if !be.gate.Enter() {
-		return backend.ErrClosed
-	}
-	defer be.gate.Exit()
-	be.writeMu.Lock()
-	defer be.writeMu.Unlock()
-	if err := be.db.Flatten(2); err != nil {
-		return fmt.Errorf("defrag: flatten %s: %w", be.dir, err)
-	}
-	for i := 0; i < gcRounds; i++ {
-		err := be.db.RunValueLogGC(0.5)
-		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("defrag: value log gc in %s: %w", be.dir, err)
-		}
-	}
-	be.sizeMu.Lock()
-	be.sizeAt = time.Time{}
-	be.sizeMu.Unlock()
-	return nil
 }
 
 // Sync implements backend.Backend.
@@ -379,8 +408,10 @@ func (be *Backend) Sync() error {
 		return backend.ErrClosed
 	}
 	defer be.gate.Exit()
-	if err := be.db.Sync(); err != nil {
-		return fmt.Errorf("sync badger db %s: %w", be.dir, err)
+	s := be.pin()
+	defer s.readers.Done()
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("sync badger db %s: %w", s.dir, err)
 	}
 	return nil
 }
@@ -391,8 +422,11 @@ func (be *Backend) Close() error {
 	if !be.gate.Close() {
 		return nil
 	}
-	if err := be.db.Close(); err != nil {
-		return fmt.Errorf("close badger db %s: %w", be.dir, err)
+	// Every holder has left, so no Defrag is running and no reader pins
+	// cur or a replaced store.
+	be.retiring.Wait()
+	if err := be.cur.db.Close(); err != nil {
+		return fmt.Errorf("close badger db %s: %w", be.cur.dir, err)
 	}
 	return nil
 }
@@ -417,7 +451,7 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	name := fmt.Sprintf("%s-%d", defaultDataDir, time.Now().UnixNano())
+	name := newDataName()
 	dir := filepath.Join(opts.Dir, name)
 	db, err := badger.Open(bo.badgerOptions(dir, true))
 	if err != nil {
@@ -584,7 +618,8 @@ func (r *readTx) Release() {
 
 type writeTx struct {
 	readTx
-	err error // first failed write; Update then commits nothing
+	err   error // first failed write; Update then commits nothing
+	bytes int64 // stored key and value bytes written, for Size
 }
 
 func (w *writeTx) Release() {}
@@ -615,6 +650,7 @@ func (w *writeTx) Put(b backend.Bucket, key, value []byte) error {
 	if err := w.txn.Set(k, buf[len(k):]); err != nil {
 		return w.fail(writeErr("put", b, err))
 	}
+	w.bytes += int64(len(buf))
 	return nil
 }
 
@@ -651,6 +687,14 @@ func newLogger(l *zap.Logger) logger {
 		l = zap.NewNop()
 	}
 	return logger{s: l.Named("badger").Sugar()}
+}
+
+// logger is kvd's own logger for this backend (never nil).
+func (o Options) logger() *zap.Logger {
+	if o.Logger == nil {
+		return zap.NewNop()
+	}
+	return o.Logger
 }
 
 func (l logger) Errorf(f string, a ...any)   { l.s.Errorf(strings.TrimSpace(f), a...) }

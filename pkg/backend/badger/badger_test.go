@@ -144,6 +144,12 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err := be.Close(); err != nil {
 		t.Fatal(err)
 	}
+	waitNoEngineGoroutines(t)
+}
+
+// waitNoEngineGoroutines fails unless every Badger goroutine ends soon.
+func waitNoEngineGoroutines(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		leaked := engineGoroutines()
