@@ -81,12 +81,12 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 
 func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
 	s := c.s
-	m, ok := s.Cluster.Member(r.ID)
-	if !ok {
-		return nil, rpctypes.ErrGRPCMemberNotFound
-	}
-	if err := s.mayRemoveMember(m.ID); err != nil {
+	// etcd runs the strict check before it looks the member up.
+	if err := s.mayRemoveMember(r.ID); err != nil {
 		return nil, err
+	}
+	if _, ok := s.Cluster.Member(r.ID); !ok {
+		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	if err := s.proposeConfChange(ctx, raftpb.ConfChangeRemoveNode, r.ID, apply.ConfChangeContext{Member: membership.Member{ID: r.ID}}); err != nil {
 		return nil, err
