@@ -86,9 +86,19 @@ func (i *snapshotInstaller) install(ctx context.Context, snap *raftpb.Snapshot) 
 	})
 }
 
-// replacedSuffix names the backend directory set aside while a snapshot
-// loads; newBackend puts it back if a crash interrupted the load.
-const replacedSuffix = ".replaced"
+// While a leader's snapshot loads, the old backend directory is set aside
+// as <dir>.replaced; it is the one the WAL matches until the new backend is
+// complete. Once the new one is synced, one atomic rename to
+// <dir>.discarded marks the switch, and only then is the old one deleted.
+// At start, recoverBackendDir puts back a .replaced directory (the load was
+// interrupted) and deletes a .discarded one (its removal was).
+const (
+	replacedSuffix  = ".replaced"
+	discardedSuffix = ".discarded"
+)
+
+// removeAll is os.RemoveAll; tests make it fail part way.
+var removeAll = os.RemoveAll
 
 // replaceBackend closes old, loads the dump r into a fresh backend in the
 // engine's directory and returns it. The old files stay aside until the new
@@ -98,9 +108,11 @@ func replaceBackend(c *config.Config, lg *zap.Logger, old backend.Backend, r io.
 		return nil, fmt.Errorf("close backend: %w", err)
 	}
 	dir := c.BackendDir()
-	aside := dir + replacedSuffix
-	if err := os.RemoveAll(aside); err != nil {
-		return nil, fmt.Errorf("replace backend: %w", err)
+	aside, discarded := dir+replacedSuffix, dir+discardedSuffix
+	for _, d := range []string{aside, discarded} {
+		if err := removeAll(d); err != nil {
+			return nil, fmt.Errorf("replace backend: %w", err)
+		}
 	}
 	if err := os.Rename(dir, aside); err != nil {
 		return nil, fmt.Errorf("replace backend: set aside %s: %w", dir, err)
@@ -114,30 +126,46 @@ func replaceBackend(c *config.Config, lg *zap.Logger, old backend.Backend, r io.
 		if err == nil {
 			err = nb.Sync()
 		}
+		if err == nil {
+			err = commitSwitch(aside, discarded)
+		}
 		if err != nil {
 			err = errors.Join(err, nb.Close())
 		}
 	}
 	if err != nil {
-		if rerr := restoreAside(dir); rerr != nil {
+		if rerr := recoverBackendDir(dir); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		return nil, fmt.Errorf("replace backend: %w", err)
 	}
-	if err := os.RemoveAll(aside); err != nil {
-		lg.Warn("remove replaced backend", zap.String("dir", aside), zap.Error(err))
+	if err := removeAll(discarded); err != nil {
+		lg.Warn("remove replaced backend; the next start removes it", zap.String("dir", discarded), zap.Error(err))
 	}
 	return nb, nil
 }
 
-// restoreAside puts back a backend directory set aside by an interrupted
-// replaceBackend.
-func restoreAside(dir string) error {
+// commitSwitch makes the new backend the one a restart keeps: the aside
+// directory is renamed to its discarded name, durably.
+func commitSwitch(aside, discarded string) error {
+	if err := os.Rename(aside, discarded); err != nil {
+		return fmt.Errorf("mark %s replaced: %w", aside, err)
+	}
+	return fsutil.SyncDir(filepath.Dir(aside))
+}
+
+// recoverBackendDir finishes what an interrupted replaceBackend left: a
+// discarded old backend is deleted; an old backend still set aside is put
+// back in place of the partial new one.
+func recoverBackendDir(dir string) error {
+	if err := removeAll(dir + discardedSuffix); err != nil {
+		return fmt.Errorf("remove replaced backend: %w", err)
+	}
 	aside := dir + replacedSuffix
 	if _, err := os.Stat(aside); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeAll(dir); err != nil {
 		return fmt.Errorf("restore backend %s: %w", aside, err)
 	}
 	if err := os.Rename(aside, dir); err != nil {

@@ -102,9 +102,9 @@ func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer,
 
 // newBackend opens the backend once the identity check passed.
 func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, error) {
-	// A crash while a leader's snapshot was loading leaves the old backend
-	// aside; it is the one the WAL matches.
-	if err := restoreAside(c.BackendDir()); err != nil {
+	// A crash while a leader's snapshot was installed leaves the old
+	// backend aside (install.go).
+	if err := recoverBackendDir(c.BackendDir()); err != nil {
 		return nil, err
 	}
 	be, err := openBackend(c, lg)
@@ -198,6 +198,9 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membershi
 	if err != nil {
 		return nil, fmt.Errorf("read raft snapshot: %w", err)
 	}
+	if err := checkBackendCurrent(c, st, snap.GetMetadata().GetIndex()); err != nil {
+		return nil, err
+	}
 	return raftnode.New(raftnode.Config{
 		ID:             cl.Self(),
 		Peers:          boot.peers,
@@ -211,6 +214,18 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membershi
 		Tracer:         tr,
 		Send:           link.Send,
 	})
+}
+
+// checkBackendCurrent refuses a backend older than the WAL's snapshot, as
+// etcd does ("database file ... does not match with snapshot"): raft resumes
+// after the snapshot, so the entries between the backend's consistent index
+// and the snapshot would never be applied and the member would diverge.
+func checkBackendCurrent(c *config.Config, st *mvcc.Store, snapIndex uint64) error {
+	if ci := st.ConsistentIndex(); ci < snapIndex {
+		return fmt.Errorf("database file (%s index %d) does not match with snapshot (index %d): the backend is older than the WAL's snapshot and cannot catch up from it; restore this member from a snapshot, or remove it from the cluster and add it back with an empty data-dir",
+			c.BackendDir(), ci, snapIndex)
+	}
+	return nil
 }
 
 func newApplied(st *mvcc.Store) *apply.Applied { return apply.NewApplied(st.ConsistentIndex()) }
