@@ -69,6 +69,19 @@ type readWaiter struct {
 	reply chan uint64
 }
 
+// readBatch is the callers sharing one read index request.
+type readBatch struct {
+	waiters []readWaiter
+	sent    time.Time // when its request was last handed to raft
+}
+
+// ReadIndexRetry is how long a read index request waits for raft's answer
+// before it is sent again (etcd's readIndexRetryTime). Raft drops a request
+// without telling (no leader, the leader lost it, a message to the leader
+// was lost in a partition); the retry keeps readers from waiting out their
+// whole timeout for an answer that will not come.
+const ReadIndexRetry = 500 * time.Millisecond
+
 // Node is the raft driver. Its exported methods are safe from any goroutine;
 // only Run touches the RawNode.
 type Node struct {
@@ -99,7 +112,12 @@ type Node struct {
 	// in proposal order: raft appends their entries in that order.
 	pendingTraces []context.Context
 	readSeq       uint64
-	readers       map[uint64][]readWaiter
+	readers       map[uint64]*readBatch
+	// readWaiters counts the callers in readers, for tests and metrics.
+	readWaiters atomic.Int64
+	// readCheck is when readers were last swept for ended contexts and
+	// unanswered requests.
+	readCheck time.Time
 	// soleVoter is set when the configuration makes this member the only
 	// voter; it then campaigns at once instead of after an election timeout.
 	soleVoter bool
@@ -160,7 +178,7 @@ func New(cfg Config) (*Node, error) {
 		ctlc:    actors.NewInbox[func()](),
 		Appends: actors.NewInbox[Append](),
 		Applies: actors.NewInbox[*raftpb.Message](),
-		readers: make(map[uint64][]readWaiter),
+		readers: make(map[uint64]*readBatch),
 		stopped: make(chan struct{}),
 	}
 	ch := make(chan struct{})
@@ -261,8 +279,9 @@ func (n *Node) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case now := <-ticker.C:
 			n.rn.Tick()
+			n.sweepReads(now)
 		case p := <-n.propc:
 			n.propose(p)
 			for i := 0; i < 256; i++ {
@@ -291,11 +310,10 @@ func (n *Node) Run(ctx context.Context) error {
 			n.waitingReads = append(n.waitingReads, w)
 			n.waitingReads = actors.Drain(n.readc, n.waitingReads, 4096)
 			n.readSeq++
-			n.readers[n.readSeq] = n.waitingReads
+			n.readers[n.readSeq] = &readBatch{waiters: n.waitingReads, sent: time.Now()}
+			n.readWaiters.Add(int64(len(n.waitingReads)))
 			n.waitingReads = nil
-			var rctx [8]byte
-			binary.BigEndian.PutUint64(rctx[:], n.readSeq)
-			n.rn.ReadIndex(rctx[:])
+			n.sendReadIndex(n.readSeq)
 		case r := <-n.confc:
 			cs := n.rn.ApplyConfChange(r.cc)
 			r.reply <- cs
@@ -459,20 +477,71 @@ func (n *Node) setLeader(lead uint64) {
 	n.lg.Info("raft leader changed", zap.Uint64("from", old), zap.Uint64("to", lead))
 }
 
+// PendingReads is the number of ReadIndex callers waiting for raft's answer.
+func (n *Node) PendingReads() int { return int(n.readWaiters.Load()) }
+
+func (n *Node) sendReadIndex(seq uint64) {
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], seq)
+	n.rn.ReadIndex(rctx[:])
+}
+
 func (n *Node) answerReads(rs raft.ReadState) {
 	if len(rs.RequestCtx) != 8 {
 		return
 	}
 	seq := binary.BigEndian.Uint64(rs.RequestCtx)
-	// Raft answers read requests in order: every older batch is answered by
-	// this index too (it is at least as new).
-	for s, ws := range n.readers {
+	// The index answers every batch requested before this one too (raft
+	// read it after they were made), so a retried request answers all
+	// older batches at once.
+	for s, b := range n.readers {
 		if s > seq {
 			continue
 		}
-		for _, w := range ws {
+		for _, w := range b.waiters {
 			w.reply <- rs.Index
 		}
+		n.readWaiters.Add(-int64(len(b.waiters)))
 		delete(n.readers, s)
+	}
+}
+
+// sweepReads runs at every tick, acting at most every ReadIndexRetry/5:
+// it forgets callers whose context ended, so readers holds only callers
+// still waiting however long raft stays silent (a partition), and sends the
+// newest unanswered request again once it has waited ReadIndexRetry. The
+// newest alone: its answer answers every older batch too, so a partition
+// costs one request per ReadIndexRetry, not one per batch.
+func (n *Node) sweepReads(now time.Time) {
+	if len(n.readers) == 0 || now.Sub(n.readCheck) < ReadIndexRetry/5 {
+		return
+	}
+	n.readCheck = now
+	var newest uint64
+	for s, b := range n.readers {
+		live := b.waiters[:0]
+		for _, w := range b.waiters {
+			if w.ctx.Err() == nil {
+				live = append(live, w)
+			}
+		}
+		clear(b.waiters[len(live):])
+		n.readWaiters.Add(int64(len(live) - len(b.waiters)))
+		b.waiters = live
+		if len(live) == 0 {
+			delete(n.readers, s)
+			continue
+		}
+		newest = max(newest, s)
+	}
+	if newest == 0 {
+		return
+	}
+	// The newest batch was sent last; once it has waited long enough, so
+	// have all the others.
+	if b := n.readers[newest]; now.Sub(b.sent) >= ReadIndexRetry {
+		b.sent = now
+		n.lg.Debug("read index not answered, retrying", zap.Uint64("request", newest), zap.Int("waiters", n.PendingReads()))
+		n.sendReadIndex(newest)
 	}
 }
