@@ -191,8 +191,20 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 	h.RaftTerm = s.Raft.Term()
 }
 
+// MaxGapBetweenApplyAndCommitIndex is how far the committed index may run
+// ahead of the applied index before proposals are refused with
+// ErrGRPCRequestTooManyRequests (etcd's maxGapBetweenApplyAndCommitIndex). It is
+// the backpressure between commit and apply: a stalled or slow applier
+// stops the writes that would pile up behind it, and it bounds what waits
+// committed but unapplied (in raft's log and the applier's mailbox) to this
+// many entries plus the proposals already past the check.
+const MaxGapBetweenApplyAndCommitIndex = 5000
+
 // propose sends req through raft and waits for its applied result.
 func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
+	if s.Applied != nil && s.Raft.CommitIndex() > s.Applied.Index()+MaxGapBetweenApplyAndCommitIndex {
+		return apply.Result{}, rpctypes.ErrGRPCRequestTooManyRequests
+	}
 	id := s.ids.next()
 	// Who is calling travels in the entry: the applier checks it there.
 	// Authenticate ignores any token, as etcd's: clients send their old,
