@@ -24,6 +24,14 @@ import (
 // ErrStopped is returned to callers once the driver has stopped.
 var ErrStopped = errors.New("raftnode: stopped")
 
+// Raft's flow-control limits (see New).
+const (
+	MaxSizePerMsg             = 1 << 20
+	MaxInflightMsgs           = 512
+	MaxUncommittedEntriesSize = 1 << 30
+	MaxCommittedSizePerReady  = 16 << 20
+)
+
 // Config describes one member's raft.
 type Config struct {
 	ID uint64
@@ -89,17 +97,40 @@ type Node struct {
 	lg  *zap.Logger
 	rn  *raft.RawNode
 
+	// The driver's queues and what bounds each. The driver never waits on
+	// the WAL writer or the applier (they feed it back through stepc), so a
+	// stalled writer or applier cannot stall raft, and their mailboxes are
+	// bounded by raft's own flow control instead of by blocking.
+	//
+	// propc, readc: channels of 1024; callers wait when full.
 	propc chan proposal
 	readc chan readWaiter
 	confc chan confRequest
+	// stepc: peers' messages and the storage threads' responses. The driver
+	// empties it every turn and no turn waits for another actor, so it holds
+	// what arrives during one turn (peers are held to MaxInflightMsgs
+	// appends of MaxSizePerMsg by the leader's flow control).
 	stepc *actors.Inbox[*raftpb.Message]
 	// ctlc runs closures on the driver goroutine: everything else that
 	// touches the RawNode (reports from the transport, conf change
-	// proposals, leadership transfer, status).
+	// proposals, leadership transfer, status). Emptied every turn, as stepc.
 	ctlc *actors.Inbox[func()]
 
-	// Appends and Applies are the WAL writer's and applier's mailboxes.
+	// Appends is the WAL writer's mailbox. Each entry in it is handed out
+	// once (raft tracks what is in flight to storage), so it holds at most
+	// raft's unstable entries: on a leader the uncommitted tail (at most
+	// MaxUncommittedEntriesSize) plus what committed but is not yet
+	// durable here, which the API's apply/commit gap check keeps within
+	// 5000 entries; on a follower what the leader sent, at most
+	// MaxInflightMsgs messages of MaxSizePerMsg.
 	Appends *actors.Inbox[Append]
+	// Applies is the applier's mailbox. Raft hands out committed entries
+	// only while those not yet acknowledged applied (the applier delivers
+	// the responses after applying) total less than
+	// MaxCommittedSizePerReady, so a stalled applier holds at most that
+	// many bytes here plus one entry; what is committed beyond waits in the
+	// log, held to 5000 entries by the API's apply/commit gap check
+	// (api.MaxGapBetweenApplyAndCommitIndex).
 	Applies *actors.Inbox[*raftpb.Message]
 
 	term          atomic.Uint64
@@ -144,19 +175,32 @@ func New(cfg Config) (*Node, error) {
 		lg = zap.NewNop()
 	}
 	rc := &raft.Config{
-		ID:                        cfg.ID,
-		ElectionTick:              cfg.ElectionTicks,
-		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   cfg.Log.Storage(),
-		Applied:                   cfg.Applied,
-		MaxSizePerMsg:             1 << 20,
-		MaxInflightMsgs:           512,
-		MaxUncommittedEntriesSize: 1 << 30,
-		MaxCommittedSizePerReady:  16 << 20,
-		CheckQuorum:               true,
-		PreVote:                   cfg.PreVote,
-		AsyncStorageWrites:        true,
-		Logger:                    raftLogger{lg.Named("raft").Sugar()},
+		ID:            cfg.ID,
+		ElectionTick:  cfg.ElectionTicks,
+		HeartbeatTick: cfg.HeartbeatTicks,
+		Storage:       cfg.Log.Storage(),
+		Applied:       cfg.Applied,
+		// etcd's: 1 MiB appends, 512 in flight per follower.
+		MaxSizePerMsg:   MaxSizePerMsg,
+		MaxInflightMsgs: MaxInflightMsgs,
+		// etcd's 1 GiB. It bounds the leader's uncommitted tail, which
+		// only grows while a quorum is slow but not lost (CheckQuorum
+		// steps a leader without one down within an election timeout,
+		// and then proposals are dropped). Committed entries are bounded
+		// separately: raft hands the applier at most
+		// MaxCommittedSizePerReady unacknowledged bytes, and the API
+		// refuses proposals once 5000 entries wait to be applied, so
+		// this bound is the only one left for the uncommitted tail and
+		// etcd's value keeps kvd refusing writes exactly when etcd does.
+		MaxUncommittedEntriesSize: MaxUncommittedEntriesSize,
+		// The most bytes of committed entries in the applier's mailbox
+		// and being applied, not yet acknowledged (etcd leaves raft's
+		// default, MaxSizePerMsg; kvd batches more per backend commit).
+		MaxCommittedSizePerReady: MaxCommittedSizePerReady,
+		CheckQuorum:              true,
+		PreVote:                  cfg.PreVote,
+		AsyncStorageWrites:       true,
+		Logger:                   raftLogger{lg.Named("raft").Sugar()},
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
