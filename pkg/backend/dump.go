@@ -116,6 +116,7 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 	var (
 		batch []kv
 		size  int
+		meta  []kv
 	)
 	commit := func() error {
 		if len(batch) == 0 {
@@ -155,14 +156,16 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 		if err := bucket.Validate(); err != nil {
 			return fmt.Errorf("load dump: %w: %v", ErrBadDump, err)
 		}
-		if bucket == Meta && len(batch) > 0 && batch[len(batch)-1].b != Meta {
-			if err := commit(); err != nil {
-				return err
-			}
+		if bucket == Meta {
+			// Held back until the checksum is verified, wherever the stream
+			// puts it: a damaged stream with Meta before other records must
+			// not commit a consistent index with the batch that follows.
+			meta = append(meta, kv{bucket, k, v})
+			continue
 		}
 		batch = append(batch, kv{bucket, k, v})
 		size += len(b) + len(k) + len(v) + 16
-		if size >= batchBytes && bucket != Meta {
+		if size >= batchBytes {
 			if err := commit(); err != nil {
 				return err
 			}
@@ -176,6 +179,7 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 	if !bytes.Equal(got, want) {
 		return fmt.Errorf("load dump: %w: checksum mismatch", ErrBadDump)
 	}
+	batch = append(batch, meta...)
 	return commit()
 }
 

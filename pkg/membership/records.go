@@ -33,11 +33,20 @@ func (l *Loader) Add(key string, value []byte) error {
 		if err != nil {
 			return fmt.Errorf("member record %s: %w", key, err)
 		}
+		// The key names the member: a record under another member's key (or
+		// a key that is not one MemberKey makes) is damage, which restoring
+		// would turn into a member listed under the wrong ID.
+		if key != MemberKey(m.ID) {
+			return fmt.Errorf("member record %s holds member %s", key, HexID(m.ID))
+		}
 		l.members = append(l.members, m)
 	case strings.HasPrefix(key, removedPrefix):
 		id, err := strconv.ParseUint(key[len(removedPrefix):], 16, 64)
 		if err != nil {
 			return fmt.Errorf("removed-member record %s: %w", key, err)
+		}
+		if key != RemovedKey(id) {
+			return fmt.Errorf("removed-member record %s: not a key RemovedKey makes", key)
 		}
 		l.removed = append(l.removed, id)
 	default:

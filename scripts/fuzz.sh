@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target under pkg/ (func FuzzXxx in a _test.go file) for
+# FUZZTIME each, one after the other, with one fuzzing worker (-parallel 1).
+# Usage: scripts/fuzz.sh [FUZZTIME] [target regexp]
+#   FUZZTIME  per target, a duration (60s) or an exec count (1000x); default 60s
+#   regexp    runs only the targets whose name matches (grep -E)
+# A failing input is written to the package's testdata/fuzz/FuzzXxx/ by go
+# test; commit it with the fix so the plain unit run replays it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+fuzztime=${1:-60s}
+only=${2:-.}
+# Minimizing each new interesting input can take most of a short run on the
+# slower targets (those that open a WAL or a database); keep it brief.
+mintime=${FUZZMINTIME:-5s}
+status=0
+while IFS=: read -r file name; do
+	pkg=./$(dirname "$file")
+	echo "== $name ($pkg) for $fuzztime"
+	start=$(date +%s)
+	if ! $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$mintime" -parallel 1 "$pkg"; then
+		status=1
+	fi
+	echo "== $name took $(($(date +%s) - start))s"
+done < <(grep -rHoE '^func Fuzz[A-Za-z0-9_]+\(f \*testing\.F\)' --include='*_test.go' pkg |
+	sed -E 's/^([^:]+):func (Fuzz[A-Za-z0-9_]+).*/\1:\2/' | sort -u | grep -E ":.*${only}" || true)
+exit $status
