@@ -4,8 +4,11 @@ import "sync"
 
 // Inbox is an unbounded mailbox. Senders never block, so two actors that
 // feed each other (the raft driver and its storage threads) cannot deadlock;
-// the flow is bounded upstream (raft limits uncommitted entries, the API
-// limits requests in flight).
+// the flow is bounded upstream instead: raft's flow control (uncommitted
+// entries, unacknowledged committed bytes handed to the applier, appends in
+// flight to a follower) and the API's refusal of proposals once 5000
+// entries wait to be applied. raftnode.Node documents the bound of each of
+// its mailboxes.
 type Inbox[T any] struct {
 	mu    sync.Mutex
 	items []T
