@@ -246,12 +246,12 @@ func TestEtcd19179_CompactionInterruptedByCrashKeepsTombstone(t *testing.T) {
 }
 
 // TestEtcd14370_SingleMemberAckedWritesSurviveKill: etcd issue #14370
-// ("Durability API guarantee broken in single node cluster"). In a
-// one-member cluster etcd's raft loop handed committed entries to the
-// applier before the WAL write of the same Ready was fsynced, so a put
-// could be applied and acknowledged, then lost by a crash before the fsync
-// (the robustness suite recreates it with a panic just before the WAL save).
-// The fix (#14400) makes a single member persist entries before applying
+// ("Durability API guarantee broken in single node cluster"). A lone
+// member commits its own entries at once, and etcd's raft loop handed them
+// to the applier before the WAL write of the same Ready was fsynced, so a
+// put could be applied and acknowledged, then lost by a crash before the
+// fsync (the robustness suite recreates it with a panic just before the WAL
+// save). The fix makes a single member persist entries before applying
 // them. The test runs 16 writers against one member, kills it with SIGKILL
 // under load twice, and after each restart requires every acknowledged put
 // back with its value and revision, revisions consecutive (crash_test.go's
