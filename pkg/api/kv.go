@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -202,6 +203,14 @@ func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	if r.Physical && res.Compacted != nil {
 		select {
 		case <-res.Compacted:
+		case <-s.Store.CompactorDone():
+			// The compactor failed or stopped: the compaction will not
+			// finish on this run of the member (the next one resumes it).
+			select {
+			case <-res.Compacted:
+			default:
+				return nil, rpctypes.ErrGRPCStopped
+			}
 		case <-ctx.Done():
 			return nil, s.raftErr(ctx, ctx.Err())
 		}

@@ -2,11 +2,14 @@ package mvcc
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"go.uber.org/zap"
 
+	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
 )
@@ -51,20 +54,28 @@ type compactJob struct {
 	done    chan struct{}
 }
 
-// compactor runs compactions in the order they were applied, on its own
-// goroutine.
+// compactor runs compactions in the order they were applied, on one
+// goroutine: an actor (Run) the member runs in its actor group (Options
+// ExternalCompactor), or a goroutine the Store starts itself. A compaction
+// that fails ends it for good, with the reason: the member must stop, and
+// the next Open resumes the compaction.
 type compactor struct {
 	s     *Store
 	limit int // revisions scanned per backend.Update
 
 	mu    sync.Mutex
 	queue []*compactJob
+	// started is set when Run begins; err is why it ended, set (under mu)
+	// before ended closes.
+	started bool
+	err     error
+	ended   chan struct{}
 	// runMu is held while a job runs; Reset takes it to pause the compactor.
 	runMu sync.Mutex
 
-	wake  chan struct{}
-	stopc chan struct{}
-	donec chan struct{}
+	wake     chan struct{}
+	stopc    chan struct{}
+	stopOnce sync.Once
 
 	// afterChunk, when set (tests), is called after each committed chunk.
 	afterChunk func(rev int64)
@@ -75,7 +86,7 @@ func (c *compactor) init(s *Store, limit int) {
 	c.limit = limit
 	c.wake = make(chan struct{}, 1)
 	c.stopc = make(chan struct{})
-	c.donec = make(chan struct{})
+	c.ended = make(chan struct{})
 }
 
 // enqueue hands jobs to the compactor without blocking.
@@ -89,23 +100,56 @@ func (c *compactor) enqueue(jobs []*compactJob) {
 	}
 }
 
+// stop ends Run, waiting for the chunk it is deleting; Run not started yet
+// will not start.
 func (c *compactor) stop() {
-	close(c.stopc)
-	<-c.donec
+	c.stopOnce.Do(func() { close(c.stopc) })
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if started {
+		<-c.ended
+	}
 }
 
-func (c *compactor) stopped() bool {
+func (c *compactor) stopped(ctx context.Context) bool {
 	select {
 	case <-c.stopc:
+		return true
+	case <-ctx.Done():
 		return true
 	default:
 		return false
 	}
 }
 
-func (c *compactor) run() {
-	defer close(c.donec)
+// Run runs the compactions until ctx is done or the store closes (nil), or
+// one fails (the reason). Unfinished jobs are then left undone: their
+// waiters watch Store.CompactorDone.
+func (c *compactor) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return errors.New("mvcc compactor already running")
+	}
+	c.started = true
+	c.mu.Unlock()
+	err := c.run(ctx)
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+	close(c.ended)
+	if errors.Is(err, errCompactorStopped) {
+		return nil
+	}
+	return err
+}
+
+func (c *compactor) run(ctx context.Context) error {
 	for {
+		if c.stopped(ctx) {
+			return errCompactorStopped
+		}
 		c.mu.Lock()
 		var job *compactJob
 		if len(c.queue) > 0 {
@@ -116,33 +160,47 @@ func (c *compactor) run() {
 		if job == nil {
 			select {
 			case <-c.wake:
-				continue
 			case <-c.stopc:
-				return
+			case <-ctx.Done():
 			}
-		}
-		if c.stopped() {
-			return
+			continue
 		}
 		if job.barrier {
 			close(job.done)
 			continue
 		}
 		c.runMu.Lock()
-		err := c.compact(job)
+		err := c.compact(ctx, job)
 		c.runMu.Unlock()
 		if err != nil {
-			if err != errCompactorStopped {
-				// The backend failed; the next Open resumes the compaction.
-				c.s.lg.Error("compaction failed", zap.Int64("revision", job.rev), zap.Error(err))
-			}
-			return
+			return err
 		}
 		close(job.done)
 	}
 }
 
-var errCompactorStopped = fmt.Errorf("mvcc compactor stopped")
+var errCompactorStopped = errors.New("mvcc: compactor stopped")
+
+// CompactorDone is closed once the compactor ended: the store was closed,
+// the context of its Run was cancelled, or a compaction failed
+// (CompactorErr tells which). A compaction's done channel then never
+// closes unless it finished before.
+func (s *Store) CompactorDone() <-chan struct{} { return s.compactor.ended }
+
+// CompactorErr is why the compactor ended (nil while it runs): the failure
+// of a compaction, or an error that says it was stopped.
+func (s *Store) CompactorErr() error {
+	c := &s.compactor
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Compactor is the actor that runs the store's compactions, for a store
+// opened with Options.ExternalCompactor: it returns nil when ctx is done or
+// the store closes, or the error of a compaction that failed (the member
+// must stop; the next Open resumes the compaction). It runs once.
+func (s *Store) Compactor() actors.Actor { return actors.Func(s.compactor.Run) }
 
 // compact compacts the index at rev and deletes from the Key bucket every
 // revision <= rev that the index no longer holds.
@@ -154,7 +212,7 @@ var errCompactorStopped = fmt.Errorf("mvcc compactor stopped")
 //
 // A job that hashes also feeds every scanned revision to etcd's kvHasher
 // (before deleting it) and stores the hash once done.
-func (c *compactor) compact(job *compactJob) error {
+func (c *compactor) compact(ctx context.Context, job *compactJob) error {
 	rev := job.rev
 	lg := c.s.lg
 	if err := c.s.Flush(); err != nil {
@@ -169,7 +227,7 @@ func (c *compactor) compact(job *compactJob) error {
 	end := revToBytes(index.Revision{Main: rev + 1}, false)
 	deleted := 0
 	for {
-		if c.stopped() {
+		if c.stopped(ctx) {
 			return errCompactorStopped
 		}
 		var next []byte

@@ -8,11 +8,13 @@
 // Roles: one applier goroutine writes, through Apply; any number of
 // goroutines read, through Read and HashByRev; a flusher goroutine owned by
 // the Store commits applied writes to the backend in batches (buffer.go); a
-// compactor goroutine owned by the Store deletes compacted revisions from the
+// compactor (a goroutine of the Store's, or an actor the member runs: see
+// Options.ExternalCompactor) deletes compacted revisions from the
 // backend in the background.
 package mvcc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -119,6 +121,11 @@ type Options struct {
 	// writes took (etcd's etcd_disk_backend_commit_duration_seconds). It
 	// runs on the flusher goroutine.
 	OnCommit func(time.Duration)
+	// ExternalCompactor leaves running the compactor to the caller, who
+	// runs Store.Compactor (the member, in its actor group, so a failed
+	// compaction stops the member). Otherwise Open starts it on a goroutine
+	// of its own, which logs a failure and ends.
+	ExternalCompactor bool
 }
 
 // Open opens the store kept in be with the default Options and logger lg
@@ -138,6 +145,7 @@ func OpenWithOptions(be backend.Backend, o Options) (*Store, error) {
 		batchLimit:        o.BatchLimit,
 		batchBytes:        o.BatchBytes,
 		onCommit:          o.OnCommit,
+		externalCompactor: o.ExternalCompactor,
 	})
 }
 
@@ -149,6 +157,7 @@ type config struct {
 	batchLimit        int
 	batchBytes        int
 	onCommit          func(time.Duration)
+	externalCompactor bool
 	// afterCompactChunk is called by the compactor after each chunk.
 	afterCompactChunk func(s *Store, rev int64)
 }
@@ -189,7 +198,13 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 		return nil, err
 	}
 	go s.flusher.run()
-	go s.compactor.run()
+	if !cfg.externalCompactor {
+		go func() {
+			if err := s.compactor.Run(context.Background()); err != nil {
+				lg.Error("compaction failed; the compactor stopped", zap.Error(err))
+			}
+		}()
+	}
 	if scheduled > 0 {
 		lg.Info("resuming unfinished compaction", zap.Int64("revision", scheduled))
 		s.compactRev = scheduled

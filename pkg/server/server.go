@@ -165,6 +165,9 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHi
 		BatchLimit:        c.BackendBatchLimit,
 		CompactBatchLimit: c.CompactionBatchLimit,
 		OnCommit:          func(d time.Duration) { disk.backendCommit.Observe(d.Seconds()) },
+		// startActors runs it in the actor group: a failed compaction stops
+		// the member.
+		ExternalCompactor: true,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open mvcc store: %w", err), be.Close())
@@ -342,8 +345,9 @@ func flushAndSync(st *mvcc.Store) error {
 	return nil
 }
 
-func startActors(lc fx.Lifecycle, a *Actors) {
+func startActors(lc fx.Lifecycle, a *Actors, st *mvcc.Store) {
 	lc.Append(fx.Hook{OnStart: func(context.Context) error {
+		a.Group.Go("mvcc-compactor", st.Compactor())
 		a.Group.Go("raft", a.Node)
 		a.Group.Go("wal", a.WAL)
 		a.Group.Go("watch-hub", a.Hub)
