@@ -8,34 +8,10 @@ import (
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
-
-// requireWatch skips the test when the member does not serve Watch yet:
-// Mutex and Election wait for deletions with watches.
-func requireWatch(t *testing.T, cli *clientv3.Client) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := pb.NewWatchClient(cli.ActiveConnection()).Watch(ctx)
-	if err == nil {
-		err = s.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("probe")}}})
-	}
-	if err == nil {
-		_, err = s.Recv()
-	}
-	if status.Code(err) == codes.Unimplemented {
-		t.Skip("the Watch service is not served yet")
-	}
-	if err != nil {
-		t.Fatalf("watch probe: %v", err)
-	}
-}
 
 // A session's keep-alives hold its lease past the TTL; an orphaned session's
 // lease expires and takes its keys with it.
@@ -91,7 +67,6 @@ func TestMutexUnderContention(t *testing.T) {
 	c := testConfig(t, "bolt", t.TempDir())
 	startMember(t, c)
 	cli := newClient(t, c)
-	requireWatch(t, cli)
 	const workers = 20
 	var inside, maxInside, done atomic.Int32
 	var wg sync.WaitGroup
@@ -147,19 +122,23 @@ func TestRevokeEventsInOneWatchResponse(t *testing.T) {
 	c := testConfig(t, "bolt", t.TempDir())
 	startMember(t, c)
 	cli := newClient(t, c)
-	requireWatch(t, cli)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	g, err := cli.Grant(ctx, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var last int64
 	for i := range 5 {
-		if _, err := cli.Put(ctx, fmt.Sprintf("/svc/%d", i), "v", clientv3.WithLease(g.ID)); err != nil {
+		resp, err := cli.Put(ctx, fmt.Sprintf("/svc/%d", i), "v", clientv3.WithLease(g.ID))
+		if err != nil {
 			t.Fatal(err)
 		}
+		last = resp.Header.Revision
 	}
-	wc := cli.Watch(ctx, "/svc/", clientv3.WithPrefix(), clientv3.WithFilterPut())
+	// From the revision after the puts: a watch registered after the
+	// revocation was applied still gets its events.
+	wc := cli.Watch(ctx, "/svc/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(last+1))
 	rv, err := cli.Revoke(ctx, g.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +169,6 @@ func TestElectionHandsOver(t *testing.T) {
 	c := testConfig(t, "bolt", t.TempDir())
 	startMember(t, c)
 	cli := newClient(t, c)
-	requireWatch(t, cli)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var sessions []*concurrency.Session
@@ -237,15 +215,23 @@ func TestElectionHandsOver(t *testing.T) {
 	if err := elections[0].Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := <-won
-	waitLeader(first)
-	// The new leader's session expires: the last candidate takes over.
-	for i, e := range elections[1:] {
-		if e.Key() != "" && fmt.Sprintf("e%d", i+1) == first {
-			sessions[i+1].Orphan()
+	winner := func() string {
+		t.Helper()
+		select {
+		case w := <-won:
+			return w
+		case <-ctx.Done():
+			t.Fatal("no candidate won the election")
+			return ""
 		}
 	}
-	second := <-won
+	first := winner()
+	waitLeader(first)
+	// The new leader's session expires: the last candidate takes over.
+	var i int
+	fmt.Sscanf(first, "e%d", &i)
+	sessions[i].Orphan()
+	second := winner()
 	if second == first {
 		t.Fatalf("%s won twice", first)
 	}
