@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -123,7 +124,7 @@ func (h *h2conn) openWatch() {
 
 // frames reads frames until the connection ends or d passes, acking
 // settings, and returns what it saw: "ping" for each ping from the server,
-// "goaway:<code>:<debug>", and "closed" when the server closed the
+// "pingack:<first data byte>" for each ack of ours, "goaway:<code>:<debug>", and "closed" when the server closed the
 // connection.
 func (h *h2conn) frames(d time.Duration, stopAt string) []string {
 	var seen []string
@@ -145,6 +146,8 @@ func (h *h2conn) frames(d time.Duration, stopAt string) []string {
 		case *http2.PingFrame:
 			if !f.IsAck() {
 				seen = append(seen, "ping")
+			} else {
+				seen = append(seen, fmt.Sprintf("pingack:%d", f.Data[0]))
 			}
 		case *http2.GoAwayFrame:
 			seen = append(seen, "goaway:"+f.ErrCode.String()+":"+string(f.DebugData()))
@@ -175,7 +178,21 @@ func TestKeepaliveMinTime(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			seen := strings.Join(h.frames(time.Second, "goaway"), " ")
+			// A marker ping last: the server answers pings in order, and
+			// queues a GOAWAY for a ping right after its ack, so once the
+			// marker's ack is in, any GOAWAY for the five is too.
+			stopAt := "goaway"
+			if !tc.goaway {
+				if err := h.fr.WritePing(false, [8]byte{255}); err != nil {
+					t.Fatalf("marker ping: %v", err)
+				}
+				stopAt = "pingack:255"
+			}
+			frames := h.frames(10*time.Second, stopAt)
+			seen := strings.Join(frames, " ")
+			if !tc.goaway && frames[len(frames)-1] != stopAt {
+				t.Fatalf("no ack for the marker ping: frames %q", seen)
+			}
 			got := strings.Contains(seen, "goaway:ENHANCE_YOUR_CALM:too_many_pings")
 			if got != tc.goaway {
 				t.Fatalf("5 pings 20ms apart under min-time %s: frames %q; want GOAWAY too_many_pings: %v", tc.minTime, seen, tc.goaway)

@@ -3,6 +3,7 @@ package watchhub
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -158,10 +159,16 @@ func TestNotifyBacklogIsBounded(t *testing.T) {
 	}
 	fourth := make(chan int64, 1)
 	go func() { fourth <- e.put("k", "3") }()
+	// The fourth Notify is parked in its wait for the hub: no sleep needed
+	// to give it the chance to return.
+	waitParked(t, "watchhub.(*Hub).Notify(")
 	select {
 	case <-fourth:
 		t.Fatal("Notify did not wait with a full backlog")
-	case <-time.After(100 * time.Millisecond):
+	default:
+	}
+	if n := h.backlog.Load(); n != 3 {
+		t.Fatalf("backlog %d while Notify waits, want 3", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -246,5 +253,26 @@ func TestResyncAfterStoreReset(t *testing.T) {
 	h.Resync()
 	if got, want := events(t, s, id, 5), []string{"PUT k=2@4", "PUT k=3@5"}; !slices.Equal(got, want) {
 		t.Fatalf("after the reset: %v, want %v", got, want)
+	}
+}
+
+// waitParked waits until a goroutine is blocked (in a select or on a
+// channel) inside fn, as runtime.Stack shows it.
+func waitParked(t *testing.T, fn string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			head, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(g, fn) && (strings.Contains(head, "[select") || strings.Contains(head, "[chan receive")) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine parked in %s", fn)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
