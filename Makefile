@@ -2,16 +2,31 @@
 # the e2e module (real kvd, etcd and etcdctl processes) runs after it.
 GO ?= go
 
-.PHONY: all test unit e2e build bench
+.PHONY: all test unit e2e build bench fuzz fuzz-short
 
 # make alone builds kvd and the auth plugins into bin/.
 all: build
 
-test: unit e2e
+test: unit fuzz-short e2e
 
 unit:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 15m ./...
+
+# Fuzz targets (func FuzzXxx under pkg/): the unit run replays their seed
+# corpora (testdata/fuzz and f.Add); fuzz-short also mutates for
+# FUZZTIME_SHORT each (part of make test), fuzz for FUZZTIME each, one target
+# after the other with one worker. FUZZ picks targets by name (grep -E).
+# See docs/reliability.md.
+FUZZTIME ?= 60s
+FUZZTIME_SHORT ?= 3s
+FUZZ ?= .
+
+fuzz:
+	GO=$(GO) ./scripts/fuzz.sh $(FUZZTIME) '$(FUZZ)'
+
+fuzz-short:
+	GO=$(GO) FUZZMINTIME=1s ./scripts/fuzz.sh $(FUZZTIME_SHORT) '$(FUZZ)'
 
 # -count=1: the e2e tests build kvd from the working tree, which Go's test
 # cache does not see; a cached pass would hide a change to kvd.
