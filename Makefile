@@ -11,7 +11,9 @@ test: unit fuzz-short e2e
 
 unit:
 	$(GO) vet ./...
+	$(GO) vet -tags failpoints ./...
 	$(GO) test -race -timeout 15m ./...
+	$(GO) test -tags failpoints ./pkg/failpoint
 
 # Fuzz targets (func FuzzXxx under pkg/): the unit run replays their seed
 # corpora (testdata/fuzz and f.Add); fuzz-short also mutates for

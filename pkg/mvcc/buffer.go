@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/index"
 )
 
@@ -282,6 +283,7 @@ func (s *Store) freeze() *wbuf {
 
 // commit writes w to the backend in one update.
 func (s *Store) commit(w *wbuf) error {
+	failpoint.Hit(failpoint.BackendBeforeCommit)
 	err := s.be.Update(func(tx backend.WriteTx) error {
 		var k []byte
 		for i := range w.ents {
@@ -312,6 +314,7 @@ func (s *Store) commit(w *wbuf) error {
 	if err != nil {
 		return fmt.Errorf("commit %d buffered writes (%d bytes) to the backend: %w", len(w.ents)+len(w.meta)+len(w.aux), w.bytes, err)
 	}
+	failpoint.Hit(failpoint.BackendAfterCommit)
 	return nil
 }
 

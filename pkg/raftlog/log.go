@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
@@ -329,12 +330,14 @@ func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) 
 		l.buf = buf[:0]
 	}
 	name := l.segs[len(l.segs)-1].name
+	failpoint.Hit(failpoint.WALBeforeWrite)
 	n, err := l.f.WriteAt(buf, l.size)
 	l.size += int64(n)
 	if err != nil {
 		l.err = fmt.Errorf("write wal segment %s: %w", name, err)
 		return l.err
 	}
+	failpoint.Hit(failpoint.WALAfterWrite)
 	if l.noSync || (!mustSync && !created) {
 		return nil
 	}
@@ -343,6 +346,7 @@ func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) 
 		l.err = fmt.Errorf("fdatasync wal segment %s: %w", name, err)
 		return l.err
 	}
+	failpoint.Hit(failpoint.WALAfterSync)
 	if l.onFsync != nil {
 		l.onFsync(time.Since(start))
 	}
@@ -451,10 +455,12 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 		Data:     data,
 		Metadata: &raftpb.SnapshotMetadata{Index: new(index), Term: new(term), ConfState: csCopy},
 	})
+	failpoint.Hit(failpoint.SnapshotBeforeSave)
 	name, err := writeSnapFile(l.snapDir, snap, l.noSync)
 	if err != nil {
 		return fmt.Errorf("raftlog: create snapshot: %w", err)
 	}
+	failpoint.Hit(failpoint.SnapshotAfterSave)
 
 	l.mu.Lock()
 	if err := l.writableLocked(); err != nil {
@@ -479,8 +485,14 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 	obsolete := l.obsoleteSegmentsLocked(prevSnap)
 	l.mu.Unlock()
 
+	if len(obsolete) > 0 {
+		failpoint.Hit(failpoint.WALBeforeTruncate)
+	}
 	if err := l.removeSegments(obsolete); err != nil {
 		return fmt.Errorf("raftlog: create snapshot %s: %w", name, err)
+	}
+	if len(obsolete) > 0 {
+		failpoint.Hit(failpoint.WALAfterTruncate)
 	}
 	if l.maxSnaps == 0 {
 		return nil

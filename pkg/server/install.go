@@ -16,6 +16,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
@@ -120,6 +121,7 @@ func replaceBackend(c *config.Config, lg *zap.Logger, old backend.Backend, r io.
 	if err := fsutil.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, fmt.Errorf("replace backend: %w", err)
 	}
+	failpoint.Hit(failpoint.InstallAfterAside)
 	nb, err := openBackend(c, lg)
 	if err == nil {
 		err = backend.Load(nb, r, loadBatchBytes)
@@ -127,6 +129,7 @@ func replaceBackend(c *config.Config, lg *zap.Logger, old backend.Backend, r io.
 			err = nb.Sync()
 		}
 		if err == nil {
+			failpoint.Hit(failpoint.InstallAfterLoad)
 			err = commitSwitch(aside, discarded)
 		}
 		if err != nil {
@@ -139,6 +142,7 @@ func replaceBackend(c *config.Config, lg *zap.Logger, old backend.Backend, r io.
 		}
 		return nil, fmt.Errorf("replace backend: %w", err)
 	}
+	failpoint.Hit(failpoint.InstallAfterSwitch)
 	if err := removeAll(discarded); err != nil {
 		lg.Warn("remove replaced backend; the next start removes it", zap.String("dir", discarded), zap.Error(err))
 	}

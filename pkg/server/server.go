@@ -30,6 +30,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
@@ -179,7 +180,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHi
 }
 
 func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, disk diskHistograms, lg *zap.Logger) (*raftlog.Log, error) {
-	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries,
+	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, SegmentSize: failpoint.WALSegmentBytes(), Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries,
 		MaxSnapshots: c.MaxSnapshots, MaxWALs: c.MaxWALs,
 		OnFsync: func(d time.Duration) { disk.walFsync.Observe(d.Seconds()) }})
 	if err != nil {
