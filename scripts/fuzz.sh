@@ -3,7 +3,8 @@
 # FUZZTIME each, one after the other, with one fuzzing worker (-parallel 1).
 # Usage: scripts/fuzz.sh [FUZZTIME] [target regexp]
 #   FUZZTIME  per target, a duration (60s) or an exec count (1000x); default 60s
-#   regexp    runs only the targets whose name matches (grep -E)
+#   regexp    runs only the targets whose "path/file_test.go:FuzzXxx" matches
+#             (grep -E), e.g. FuzzOpenWAL$ or bolt/.*FuzzRestore
 # A failing input is written to the package's testdata/fuzz/FuzzXxx/ by go
 # test; commit it with the fix so the plain unit run replays it.
 set -euo pipefail
@@ -24,5 +25,5 @@ while IFS=: read -r file name; do
 	fi
 	echo "== $name took $(($(date +%s) - start))s"
 done < <(grep -rHoE '^func Fuzz[A-Za-z0-9_]+\(f \*testing\.F\)' --include='*_test.go' pkg |
-	sed -E 's/^([^:]+):func (Fuzz[A-Za-z0-9_]+).*/\1:\2/' | sort -u | grep -E ":.*${only}" || true)
+	sed -E 's/^([^:]+):func (Fuzz[A-Za-z0-9_]+).*/\1:\2/' | sort -u | grep -E "${only}" || true)
 exit $status

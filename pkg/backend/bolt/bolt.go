@@ -408,7 +408,15 @@ func checkFile(path string, bo Options) (err error) {
 	}
 	bo.InitialMmapSize = 0
 	bo.LockTimeout = time.Second
-	db, err := bolt.Open(path, 0o600, bo.boltOptions())
+	opts := bo.boltOptions()
+	// Read-only, bolt does not rebuild the freelist on open. Rebuilding it
+	// (here by Check, and by every read-write open of a file written without
+	// a freelist) walks the page tree on a goroutine of bolt's own, where a
+	// damaged page panics beyond recovery and kills the process: walkFile
+	// visits the same pages first, on this goroutine, where a panic is an
+	// error.
+	opts.ReadOnly = true
+	db, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		return err
 	}
@@ -417,6 +425,9 @@ func checkFile(path string, bo Options) (err error) {
 			err = cerr
 		}
 	}()
+	if err := walkFile(db); err != nil {
+		return err
+	}
 	return db.View(func(tx *bolt.Tx) error {
 		var first error
 		for err := range tx.Check() {
@@ -425,6 +436,33 @@ func checkFile(path string, bo Options) (err error) {
 			}
 		}
 		return first
+	})
+}
+
+// walkFile reads every key of every bucket, nested ones included, so that
+// each branch and leaf page is loaded (and checked by bolt) once.
+func walkFile(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("damaged bolt file: %v", p)
+			}
+		}()
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b, 0) })
+	})
+}
+
+func walkBucket(b *bolt.Bucket, depth int) error {
+	if depth > 16 {
+		return errors.New("damaged bolt file: buckets nested too deep")
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			if c := b.Bucket(k); c != nil {
+				return walkBucket(c, depth+1)
+			}
+		}
+		return nil
 	})
 }
 
