@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/index"
 )
 
@@ -232,6 +233,7 @@ func (c *compactor) compact(ctx context.Context, job *compactJob) error {
 		}
 		var next []byte
 		var n int
+		failpoint.Hit(failpoint.CompactBeforeCommit)
 		err := c.s.be.Update(func(tx backend.WriteTx) error {
 			var dels [][]byte
 			var last []byte
@@ -276,6 +278,7 @@ func (c *compactor) compact(ctx context.Context, job *compactJob) error {
 		if err != nil {
 			return fmt.Errorf("compact at %d: %w", rev, err)
 		}
+		failpoint.Hit(failpoint.CompactAfterCommit)
 		if c.afterChunk != nil {
 			c.afterChunk(rev)
 		}
