@@ -18,10 +18,11 @@ unit:
 # Fuzz targets (func FuzzXxx under pkg/): the unit run replays their seed
 # corpora (testdata/fuzz and f.Add); fuzz-short also mutates for
 # FUZZTIME_SHORT each (part of make test), fuzz for FUZZTIME each, one target
-# after the other with one worker. FUZZ picks targets by name (grep -E).
+# after the other with one worker. FUZZ picks targets: a grep -E pattern over
+# "path/file_test.go:FuzzXxx".
 # See docs/reliability.md.
 FUZZTIME ?= 60s
-FUZZTIME_SHORT ?= 3s
+FUZZTIME_SHORT ?= 2s
 FUZZ ?= .
 
 fuzz:
