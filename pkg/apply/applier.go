@@ -91,6 +91,13 @@ type Applier struct {
 	lg        *zap.Logger
 	slow      SlowLog
 	lastSnap  uint64
+	// raftIndex is the newest index of raft's log the applier has been
+	// given (an entry or an installed snapshot); confState is raft's
+	// configuration there. It can trail the backend's consistent index:
+	// after a crash between installing a leader's snapshot and saving it to
+	// the WAL, the backend is ahead of the log, and a snapshot of the log
+	// can only be taken where the log is.
+	raftIndex uint64
 	confState *raftpb.ConfState
 	results   []pending
 	events    []*mvccpb.Event
@@ -122,7 +129,7 @@ func New(cfg Config) *Applier {
 		cs = &raftpb.ConfState{}
 	}
 	slow := SlowLog{Logger: lg, Limit: cfg.WarningApplyDuration, Slow: cfg.SlowApplies}
-	return &Applier{cfg: cfg, lg: lg, slow: slow, lastSnap: cfg.SnapshotIndex, confState: cs, installc: make(chan installReq)}
+	return &Applier{cfg: cfg, lg: lg, slow: slow, lastSnap: cfg.SnapshotIndex, raftIndex: cfg.SnapshotIndex, confState: cs, installc: make(chan installReq)}
 }
 
 // Install runs install on the applier once everything handed to it before
@@ -167,7 +174,7 @@ func (a *Applier) install(r installReq) error {
 	}
 	md := r.snap.GetMetadata()
 	a.confState = md.GetConfState()
-	a.lastSnap = md.GetIndex()
+	a.lastSnap, a.raftIndex = md.GetIndex(), md.GetIndex()
 	if md.GetIndex() > a.cfg.Applied.Index() {
 		a.cfg.Applied.publish(md.GetIndex())
 	}
@@ -264,6 +271,7 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("apply entries %d..%d: %w", ents[0].GetIndex(), last.GetIndex(), err)
 	}
+	a.raftIndex = last.GetIndex()
 	if last.GetIndex() > a.cfg.Applied.Index() {
 		a.cfg.Applied.publish(last.GetIndex())
 	}
@@ -309,8 +317,8 @@ func (a *Applier) applyConfChange(b *mvcc.Batch, e *raftpb.Entry, fresh bool) er
 }
 
 func (a *Applier) maybeSnapshot() error {
-	applied := a.cfg.Applied.Index()
-	if a.cfg.Snapshots == nil || a.cfg.SnapshotCount == 0 || applied-a.lastSnap < a.cfg.SnapshotCount {
+	applied := a.raftIndex
+	if a.cfg.Snapshots == nil || a.cfg.SnapshotCount == 0 || applied < a.lastSnap+a.cfg.SnapshotCount {
 		return nil
 	}
 	// The WAL is truncated behind the snapshot, so the backend must hold

@@ -57,14 +57,21 @@ func (w *WALWriter) write(ctx context.Context, batch []Append) error {
 		hs   *raftpb.HardState
 		ents []*raftpb.Entry
 	)
-	for _, a := range batch {
+	// Under load a follower can be sent several snapshots while it installs
+	// one. Only the newest of a batch is installed and saved: it replaces
+	// the log, so the entries and snapshots before it need not be written.
+	// Their hard state is kept, and saved after the snapshot, as a commit
+	// index may point into it.
+	newest := -1
+	for i, a := range batch {
+		if snap := a.Msg.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+			newest = i
+		}
+	}
+	for i, a := range batch {
 		m := a.Msg
-		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
-			// A snapshot resets the log: write what came before it first.
-			if err := w.log.Save(hs, ents, nil); err != nil {
-				return fmt.Errorf("save wal: %w", err)
-			}
-			hs, ents = nil, nil
+		if i == newest {
+			snap := m.GetSnapshot()
 			if w.InstallSnapshot != nil {
 				if err := w.InstallSnapshot(ctx, snap); err != nil {
 					return fmt.Errorf("install snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
@@ -74,7 +81,9 @@ func (w *WALWriter) write(ctx context.Context, batch []Append) error {
 				return fmt.Errorf("save snapshot to wal: %w", err)
 			}
 		}
-		ents = mergeEntries(ents, m.GetEntries())
+		if i >= newest {
+			ents = mergeEntries(ents, m.GetEntries())
+		}
 		if m.Term != nil || m.Vote != nil || m.Commit != nil {
 			hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
 		}

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-
 )
 
 // A crash (here: a removal that fails half way, as a crash would leave it)
@@ -146,4 +145,3 @@ func copyTree(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
-
