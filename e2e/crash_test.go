@@ -58,6 +58,21 @@ func TestCrashRecovery(t *testing.T) {
 // and records into acked the writes that were acknowledged.
 func crashLoad(t *testing.T, p *harness.Process, c *clientv3.Client, cycle int, d time.Duration, acked map[string]ackedPut) int {
 	t.Helper()
+	return loadUntil(t, c, cycle, acked, func(ctx context.Context) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		p.Kill()
+	})
+}
+
+// loadUntil runs the writers until crash returns (it ends the server), and
+// records into acked the writes that were acknowledged.
+func loadUntil(t *testing.T, c *clientv3.Client, cycle int, acked map[string]ackedPut, crash func(context.Context)) int {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
@@ -89,13 +104,7 @@ func crashLoad(t *testing.T, p *harness.Process, c *clientv3.Client, cycle int, 
 			}
 		}()
 	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	p.Kill()
+	crash(ctx)
 	cancel()
 	wg.Wait()
 	if len(bad) > 0 {

@@ -53,9 +53,10 @@ type buildResult struct {
 }
 
 var (
-	kvdBuild     buildResult
-	etcdBuild    buildResult
-	etcdctlBuild buildResult
+	kvdBuild          buildResult
+	kvdFailpointBuild buildResult
+	etcdBuild         buildResult
+	etcdctlBuild      buildResult
 )
 
 // e2eDir is the directory of the e2e module, found from this source file so
@@ -101,9 +102,9 @@ func referenceKey() (string, error) {
 
 // goBuild runs `go build -o out pkg` in dir, writing to a temporary name
 // first so a concurrent or interrupted build never leaves a torn binary.
-func goBuild(dir, out, pkg string) error {
+func goBuild(dir, out, pkg string, flags ...string) error {
 	tmp := fmt.Sprintf("%s.tmp%d", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-o", tmp, pkg)
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", tmp, pkg)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -174,29 +175,41 @@ func EtcdctlBinary(t testing.TB) string {
 // build cache keeps that cheap.
 func KVDBinary(t testing.TB) string {
 	t.Helper()
-	kvdBuild.once.Do(func() {
+	return buildKVD(t, &kvdBuild, "kvd")
+}
+
+// KVDFailpointBinary is KVDBinary built with -tags failpoints: the
+// failpoints of pkg/failpoint act as KVD_FAILPOINTS says.
+func KVDFailpointBinary(t testing.TB) string {
+	t.Helper()
+	return buildKVD(t, &kvdFailpointBuild, "kvd-failpoints", "-tags", "failpoints")
+}
+
+func buildKVD(t testing.TB, r *buildResult, name string, flags ...string) string {
+	t.Helper()
+	r.once.Do(func() {
 		root, err := cacheRoot()
 		if err != nil {
-			kvdBuild.err = err
+			r.err = err
 			return
 		}
 		sum := sha256.Sum256([]byte(repoDir()))
 		dir := filepath.Join(root, "kvd-"+hex.EncodeToString(sum[:])[:16])
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			kvdBuild.err = fmt.Errorf("create kvd build dir %s: %w", dir, err)
+			r.err = fmt.Errorf("create kvd build dir %s: %w", dir, err)
 			return
 		}
-		out := filepath.Join(dir, "kvd")
-		if err := goBuild(repoDir(), out, "./cmd/kvd"); err != nil {
-			kvdBuild.err = err
+		out := filepath.Join(dir, name)
+		if err := goBuild(repoDir(), out, "./cmd/kvd", flags...); err != nil {
+			r.err = err
 			return
 		}
-		kvdBuild.path = out
+		r.path = out
 	})
-	if kvdBuild.err != nil {
-		t.Fatalf("build kvd: %v", kvdBuild.err)
+	if r.err != nil {
+		t.Fatalf("build %s: %v", name, r.err)
 	}
-	return kvdBuild.path
+	return r.path
 }
 
 // removeStaleReferences deletes reference builds of other dependency

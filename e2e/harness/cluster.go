@@ -30,6 +30,8 @@ type ClusterOptions struct {
 	PeerProxy bool
 	// Args are extra flags for every member.
 	Args []string
+	// Binary, when set, is the kvd binary of every member (Options.Binary).
+	Binary string
 }
 
 // Cluster is a multi-member cluster of the server under test, each member
@@ -132,6 +134,7 @@ func (c *Cluster) launch(t testing.TB, name string, a memberAddrs, initialCluste
 	args = append(args, c.opts.Args...)
 	p := StartKVD(t, Options{
 		Engine: c.opts.Engine,
+		Binary: c.opts.Binary,
 		Name:   name,
 		Args:   args,
 		Member: &MemberConfig{

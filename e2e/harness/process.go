@@ -38,6 +38,11 @@ type Options struct {
 	DataDir string
 	// Args are extra flags appended to the command line.
 	Args []string
+	// Env is added to the process's environment (NAME=VALUE each).
+	Env []string
+	// Binary, when set, runs this kvd binary instead of KVDBinary's (for
+	// example KVDFailpointBinary's). Ignored when the process is etcd.
+	Binary string
 	// Member, when set, places the process in a multi-member cluster: its
 	// URLs and initial cluster come from here instead of a fresh
 	// single-member cluster on free ports, and the start returns once the
@@ -73,6 +78,7 @@ type Process struct {
 	name    string
 	bin     string
 	args    []string
+	env     []string // added to the test's environment; SetEnv changes it
 	dataDir string
 	logDir  string
 	client  string // client URL
@@ -97,7 +103,11 @@ func StartKVD(t testing.TB, opts Options) *Process {
 	if opts.Engine == "" {
 		t.Fatalf("StartKVD: Options.Engine is required")
 	}
-	return start(t, "kvd", KVDBinary(t), false, opts)
+	bin := opts.Binary
+	if bin == "" {
+		bin = KVDBinary(t)
+	}
+	return start(t, "kvd", bin, false, opts)
 }
 
 // StartEtcd starts a reference etcd v3.7.3 member.
@@ -116,7 +126,7 @@ func start(t testing.TB, label, bin string, isEtcd bool, opts Options) *Process 
 	if dataDir == "" {
 		dataDir = filepath.Join(t.TempDir(), "data")
 	}
-	p := &Process{t: t, label: label, name: name, bin: bin, dataDir: dataDir, logDir: t.TempDir(), isEtcd: isEtcd}
+	p := &Process{t: t, label: label, name: name, bin: bin, env: opts.Env, dataDir: dataDir, logDir: t.TempDir(), isEtcd: isEtcd}
 	t.Cleanup(p.cleanup)
 	if opts.Member != nil {
 		p.startMember(isEtcd, opts)
@@ -207,6 +217,10 @@ func (p *Process) PID() int {
 	return p.cmd.Process.Pid
 }
 
+// SetEnv sets the variables (NAME=VALUE) added to the environment of the
+// next runs, replacing those set before.
+func (p *Process) SetEnv(env ...string) { p.env = env }
+
 // Start launches the member again on the same data directory and ports
 // without waiting for readiness; it is an error to call it while the
 // member runs. Use it to restart members that cannot become ready alone
@@ -282,6 +296,9 @@ func (p *Process) launch() error {
 	}
 	p.logs = append(p.logs, stdout.Name(), stderr.Name())
 	cmd := exec.Command(p.bin, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	// Its own process group, so that Kill also reaches anything it spawned.
