@@ -20,9 +20,18 @@ while IFS=: read -r file name; do
 	pkg=./$(dirname "$file")
 	echo "== $name ($pkg) for $fuzztime"
 	start=$(date +%s)
-	if ! $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$mintime" -parallel 1 "$pkg"; then
-		status=1
+	out=$(mktemp)
+	if ! $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$mintime" -parallel 1 "$pkg" 2>&1 | tee "$out"; then
+		# Go 1.26's fuzz coordinator can fail a target with "context
+		# deadline exceeded" as -fuzztime ends (golang/go#75804, fixed in
+		# 1.27). A real failure always writes its input to testdata/fuzz.
+		if grep -qE '^\s+context deadline exceeded$' "$out" && ! grep -q 'Failing input written to' "$out"; then
+			echo "== $name: the fuzz-time deadline race of golang/go#75804, not a failing input; ignored"
+		else
+			status=1
+		fi
 	fi
+	rm -f "$out"
 	echo "== $name took $(($(date +%s) - start))s"
 done < <(grep -rHoE '^func Fuzz[A-Za-z0-9_]+\(f \*testing\.F\)' --include='*_test.go' pkg |
 	sed -E 's/^([^:]+):func (Fuzz[A-Za-z0-9_]+).*/\1:\2/' | sort -u | grep -E "${only}" || true)
