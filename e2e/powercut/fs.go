@@ -24,6 +24,7 @@ type FS struct {
 	trash   string // on the backing file system, outside the backing directory
 	server  *fuse.Server
 	seq     atomic.Uint64 // orders writes (for the torn write)
+	journal atomic.Bool   // see SetJournaled
 
 	mu     sync.Mutex
 	files  map[uint64]*file // by backing inode number
@@ -62,6 +63,12 @@ func (r Report) String() string {
 	}
 	return s
 }
+
+// SetJournaled(true) makes an fsync of a file also make every pending
+// directory change durable, as a journaling file system (ext4, xfs) does by
+// committing its journal; by default only an fsync of the directory does
+// (POSIX). Remount keeps the setting.
+func (p *FS) SetJournaled(on bool) { p.journal.Store(on) }
 
 func (p *FS) isCut() bool {
 	p.mu.Lock()
@@ -123,7 +130,9 @@ func (p *FS) fixAttr(a *fuse.Attr) {
 	}
 	f.mu.Lock()
 	a.Size = uint64(f.size)
-	a.Blocks = (a.Size + 511) / 512
+	// Allocated blocks: the backing file's, plus the dirty pages (sparse
+	// files stay sparse, as users of st_blocks for disk usage expect).
+	a.Blocks = min(a.Blocks+uint64(len(f.pages))*pageSize/512, (a.Size+pageSize-1)/pageSize*pageSize/512)
 	f.mu.Unlock()
 }
 
@@ -150,6 +159,32 @@ func (p *FS) syncDir(ino uint64) syscall.Errno {
 	clear(p.ops[len(kept):])
 	p.ops = kept
 	return 0
+}
+
+// Sync makes everything durable, as sync(2) followed by a quiet moment
+// would: every file's pending data and every pending directory change.
+func (p *FS) Sync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return syscall.EIO
+	}
+	for _, f := range p.files {
+		if e := f.sync(); e != 0 {
+			return e
+		}
+	}
+	p.commitDirsLocked()
+	return nil
+}
+
+func (p *FS) commitDirsLocked() {
+	for _, op := range p.ops {
+		if op.done != nil {
+			op.done()
+		}
+	}
+	p.ops = nil
 }
 
 // toTrash gives a name for an entry kept aside for a possible undo; p.mu
@@ -581,7 +616,15 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if h.p.isCut() {
 		return syscall.EIO
 	}
-	return h.f.sync()
+	if e := h.f.sync(); e != 0 || !h.p.journal.Load() {
+		return e
+	}
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	if !h.p.cut {
+		h.p.commitDirsLocked()
+	}
+	return 0
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }

@@ -47,8 +47,23 @@ import (
 // directory) on a fresh directory and returns it; FS.Dir is the mount
 // point. It skips the test when FUSE is not available (no /dev/fuse, no
 // permission to mount). The file system is unmounted in t.Cleanup if no
-// PowerCut did it before (what was not synced by then stays unsynced).
+// PowerCut did it before; unsynced data is then dropped, directory changes
+// are kept.
 func Mount(t testing.TB, backing string) *FS {
+	t.Helper()
+	return mountAt(t, backing, t.TempDir())
+}
+
+// Remount mounts a new power-cut file system over the same backing
+// directory on the same mount point, after a PowerCut.
+func (p *FS) Remount(t testing.TB) *FS {
+	t.Helper()
+	q := mountAt(t, p.backing, p.Dir)
+	q.SetJournaled(p.journal.Load())
+	return q
+}
+
+func mountAt(t testing.TB, backing, dir string) *FS {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("powercut: no FUSE: %v", err)
@@ -63,7 +78,7 @@ func Mount(t testing.TB, backing string) *FS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &FS{Dir: t.TempDir(), backing: backing, trash: trash, files: map[uint64]*file{}}
+	p := &FS{Dir: dir, backing: backing, trash: trash, files: map[uint64]*file{}}
 	root := &fs.LoopbackRoot{
 		Path: backing,
 		NewNode: func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
@@ -96,12 +111,8 @@ func Mount(t testing.TB, backing string) *FS {
 	}
 	p.server = server
 	t.Cleanup(func() {
-		p.mu.Lock()
-		p.cut = true
-		for _, f := range p.files {
-			syscall.Close(f.fd)
-		}
-		p.mu.Unlock()
+		// A process still using the mount keeps it (detached) until it
+		// exits.
 		p.unmount()
 		os.RemoveAll(trash)
 	})
