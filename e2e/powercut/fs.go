@@ -196,7 +196,8 @@ func (p *FS) toTrash() string {
 
 // PowerCut loses power: every write not fsynced and every directory change
 // whose directory was not fsynced is discarded, except, with tear, a random
-// prefix of the latest unsynced write, which reaches the backing file. The
+// prefix of the latest unsynced write, which reaches the backing file with
+// the unsynced content of that file before its offset. The
 // file system is then unmounted; from the cut on, every operation on it
 // fails with EIO. The caller must have stopped (killed) the processes using
 // the mount first.
@@ -220,8 +221,20 @@ func (p *FS) PowerCut(tear bool) Report {
 		}
 	}
 	if tear && lastFile != nil {
+		// Writeback got through the file's dirty bytes before the write
+		// (a sector is never persisted without the earlier writes to it),
+		// then through a prefix of the write.
 		w := lastFile.last
 		k := rand.IntN(len(w.data) + 1)
+		for pi, pg := range lastFile.pages {
+			ps := pi * pageSize
+			if ps >= w.off || ps >= lastFile.size {
+				continue
+			}
+			if _, err := unix.Pwrite(lastFile.fd, pg[:min(pageSize, w.off-ps, lastFile.size-ps)], ps); err != nil {
+				r.UndoErrors = append(r.UndoErrors, "torn write: "+err.Error())
+			}
+		}
 		if _, err := unix.Pwrite(lastFile.fd, w.data[:k], w.off); err != nil {
 			r.UndoErrors = append(r.UndoErrors, "torn write: "+err.Error())
 		}

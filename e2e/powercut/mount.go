@@ -18,8 +18,9 @@
 //     directory changes (newest first), so that the backing directory
 //     holds what a disk obeying POSIX fsync semantics at the strictest
 //     would hold; with tear, a random byte prefix of the latest unsynced
-//     write (one FUSE WRITE request, at most 128 KiB) reaches the backing
-//     file first. Then it unmounts.
+//     write (one FUSE WRITE request, at most 128 KiB), with the file's
+//     unsynced bytes before its offset, reaches the backing file first.
+//     Then it unmounts.
 //
 // Not simulated: reordering among synced writes (none is needed: a
 // synced write is durable), partial loss inside an fsync, metadata other
