@@ -131,7 +131,7 @@ func Open(opts Options) (*Log, error) {
 		hs:          &raftpb.HardState{},
 	}
 	for _, d := range []string{l.dir, l.snapDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		if err := fsutil.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("raftlog: create dir %s: %w", d, err)
 		}
 	}

@@ -74,7 +74,7 @@ func writeIdentity(path string, id identity) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := fsutil.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("write member identity: %w", err)
 	}
 	tmp := path + ".tmp"

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
@@ -50,7 +51,7 @@ func newPeerLink(c *config.Config, st *mvcc.Store, lg *zap.Logger) (*peerLink, e
 	if err := os.RemoveAll(out); err != nil {
 		return nil, fmt.Errorf("clear %s: %w", out, err)
 	}
-	if err := os.MkdirAll(out, 0o700); err != nil {
+	if err := fsutil.MkdirAll(out, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", out, err)
 	}
 	return &peerLink{st: st, outDir: out, lg: lg.Named("peers"), incoming: map[uint64]string{}}, nil
@@ -174,7 +175,7 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 	if err := os.RemoveAll(inDir); err != nil {
 		return nil, fmt.Errorf("clear %s: %w", inDir, err)
 	}
-	if err := os.MkdirAll(inDir, 0o700); err != nil {
+	if err := fsutil.MkdirAll(inDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", inDir, err)
 	}
 	link.report = n.ReportSnapshot

@@ -139,7 +139,7 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	if err := fsutil.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create bolt dir %s: %w", opts.Dir, err)
 	}
 	path := filepath.Join(opts.Dir, FileName)
@@ -151,6 +151,10 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	db, err := openDB(path, bo)
 	if err != nil {
 		return nil, err
+	}
+	// bolt fsyncs a new file but not its directory entry.
+	if err := fsutil.SyncDir(opts.Dir); err != nil {
+		return nil, errors.Join(err, db.Close())
 	}
 	return &Backend{path: path, bo: bo, db: db}, nil
 }
@@ -377,7 +381,7 @@ func Restore(opts backend.Options, bo Options, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	if err := fsutil.MkdirAll(opts.Dir, 0o700); err != nil {
 		return fmt.Errorf("restore: create bolt dir %s: %w", opts.Dir, err)
 	}
 	path := filepath.Join(opts.Dir, FileName)
