@@ -87,10 +87,10 @@ type Config struct {
 // mvcc.Apply per batch (the store commits its backend behind, in bigger
 // batches), and hands each result to its waiting caller.
 type Applier struct {
-	cfg       Config
-	lg        *zap.Logger
-	slow      SlowLog
-	lastSnap  uint64
+	cfg      Config
+	lg       *zap.Logger
+	slow     SlowLog
+	lastSnap uint64
 	// raftIndex is the newest index of raft's log the applier has been
 	// given (an entry or an installed snapshot); confState is raft's
 	// configuration there. It can trail the backend's consistent index:
