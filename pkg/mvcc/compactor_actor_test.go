@@ -11,43 +11,17 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 )
 
-var errCompactInjected = errors.New("injected compaction failure")
-
-// compactFailBackend fails every Delete in the Key bucket while fail is set:
-// only a compaction deletes there (MVCC deletes are tombstone puts).
-type compactFailBackend struct {
-	backend.Backend
-	fail atomic.Bool
-}
-
-func (f *compactFailBackend) Update(fn func(backend.WriteTx) error) error {
-	return f.Backend.Update(func(tx backend.WriteTx) error {
-		if f.fail.Load() {
-			tx = compactFailTx{tx}
-		}
-		return fn(tx)
-	})
-}
-
-type compactFailTx struct{ backend.WriteTx }
-
-func (t compactFailTx) Delete(b backend.Bucket, k []byte) error {
-	if b == backend.Key {
-		return errCompactInjected
-	}
-	return t.WriteTx.Delete(b, k)
-}
-
-func compactFailEngine(e engine, fb **compactFailBackend) engine {
+// compactFailEngine opens e with compactions failing while *fail is set.
+func compactFailEngine(e engine, fail *atomic.Bool) engine {
 	return engine{name: e.name, open: func(dir string) (backend.Backend, error) {
 		be, err := e.open(dir)
 		if err != nil {
 			return nil, err
 		}
-		*fb = &compactFailBackend{Backend: be}
-		return *fb, nil
+		return enginetest.KeyDeleteFaults{Backend: be, Fail: fail}, nil
 	}}
 }
 
@@ -88,27 +62,27 @@ func waitCompaction(ts *testStore, done <-chan struct{}) error {
 func TestCompactionFailureFailsActorGroup(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engine) {
 		leaks := goleak.IgnoreCurrent()
-		var fb *compactFailBackend
-		ts := newTestStoreConfig(t, compactFailEngine(e, &fb), config{compactBatchLimit: 4, externalCompactor: true})
+		var fail atomic.Bool
+		ts := newTestStoreConfig(t, compactFailEngine(e, &fail), config{compactBatchLimit: 4, externalCompactor: true})
 		failed := make(chan error, 1)
 		g := actors.NewGroup(testLogger(t), func(err error) { failed <- err })
 		g.Go("mvcc-compactor", ts.Compactor())
 
 		writeHistory(ts, 10, 4)
 		ts.compact(ts.Rev() - 30) // a compaction that works first
-		fb.fail.Store(true)
+		fail.Store(true)
 		first := ts.scheduleCompact(ts.Rev() - 20)
 		second := ts.scheduleCompact(ts.Rev() - 10)
 
-		if err := waitCompaction(ts, first); !errors.Is(err, errCompactInjected) {
+		if err := waitCompaction(ts, first); !errors.Is(err, enginetest.ErrInjected) {
 			t.Fatalf("waiting for the failing compaction = %v, want the injected failure", err)
 		}
-		if err := waitCompaction(ts, second); !errors.Is(err, errCompactInjected) {
+		if err := waitCompaction(ts, second); !errors.Is(err, enginetest.ErrInjected) {
 			t.Fatalf("waiting for the compaction queued behind = %v, want the injected failure", err)
 		}
 		select {
 		case err := <-failed:
-			if !errors.Is(err, errCompactInjected) {
+			if !errors.Is(err, enginetest.ErrInjected) {
 				t.Fatalf("group failed with %v, want the injected failure", err)
 			}
 		case <-time.After(20 * time.Second):
@@ -119,10 +93,10 @@ func TestCompactionFailureFailsActorGroup(t *testing.T) {
 		}
 		// A compaction applied after the failure is not waited for forever.
 		third := ts.scheduleCompact(ts.Rev() - 5)
-		if err := waitCompaction(ts, third); !errors.Is(err, errCompactInjected) {
+		if err := waitCompaction(ts, third); !errors.Is(err, enginetest.ErrInjected) {
 			t.Fatalf("waiting for a compaction applied after the failure = %v", err)
 		}
-		if err := g.Stop(); !errors.Is(err, errCompactInjected) {
+		if err := g.Stop(); !errors.Is(err, enginetest.ErrInjected) {
 			t.Fatalf("group stop = %v, want the injected failure", err)
 		}
 		ts.close()
@@ -143,12 +117,12 @@ func TestCompactionFailureFailsActorGroup(t *testing.T) {
 // failure too, with the reason, and never leaves a waiter hanging.
 func TestCompactionFailureEndsOwnCompactor(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engine) {
-		var fb *compactFailBackend
-		ts := newTestStoreConfig(t, compactFailEngine(e, &fb), config{compactBatchLimit: 4})
+		var fail atomic.Bool
+		ts := newTestStoreConfig(t, compactFailEngine(e, &fail), config{compactBatchLimit: 4})
 		writeHistory(ts, 10, 2)
-		fb.fail.Store(true)
+		fail.Store(true)
 		done := ts.scheduleCompact(ts.Rev() - 5)
-		if err := waitCompaction(ts, done); !errors.Is(err, errCompactInjected) {
+		if err := waitCompaction(ts, done); !errors.Is(err, enginetest.ErrInjected) {
 			t.Fatalf("waiting for the failing compaction = %v, want the injected failure", err)
 		}
 	})

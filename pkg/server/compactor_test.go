@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -14,34 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 )
-
-var errCompactInjected = errors.New("injected compaction failure")
-
-// compactFailBackend fails every Delete in the Key bucket once fail is set:
-// only a physical compaction deletes there.
-type compactFailBackend struct {
-	backend.Backend
-	fail *atomic.Bool
-}
-
-func (f compactFailBackend) Update(fn func(backend.WriteTx) error) error {
-	return f.Backend.Update(func(tx backend.WriteTx) error {
-		if f.fail.Load() {
-			tx = compactFailTx{tx}
-		}
-		return fn(tx)
-	})
-}
-
-type compactFailTx struct{ backend.WriteTx }
-
-func (t compactFailTx) Delete(b backend.Bucket, k []byte) error {
-	if b == backend.Key {
-		return errCompactInjected
-	}
-	return t.WriteTx.Delete(b, k)
-}
 
 // A physical compaction that fails in the backend stops the member as a
 // failed actor does (exit code 1), and the client waiting for it gets an
@@ -53,7 +26,7 @@ func TestCompactionFailureStopsMember(t *testing.T) {
 			var fail atomic.Bool
 			c := testConfig(t, engine, t.TempDir())
 			m := startMember(t, c, fx.Decorate(func(be backend.Backend) backend.Backend {
-				return compactFailBackend{Backend: be, fail: &fail}
+				return enginetest.KeyDeleteFaults{Backend: be, Fail: &fail}
 			}))
 			var rev int64
 			for i := range 20 {
