@@ -434,10 +434,34 @@ func (p *Process) signal(sig syscall.Signal) {
 	}
 }
 
-// Stop sends SIGTERM and waits for the process to exit.
+// Pause stops the process group with SIGSTOP (a member that hangs:
+// connections stay open, nothing is answered) until Resume.
+func (p *Process) Pause() { p.signalGroup(syscall.SIGSTOP) }
+
+// Resume continues a paused process group with SIGCONT.
+func (p *Process) Resume() { p.signalGroup(syscall.SIGCONT) }
+
+func (p *Process) signalGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// Stop sends SIGTERM and waits for the process to exit. A paused process
+// is continued so that it can.
 func (p *Process) Stop() {
 	p.t.Helper()
 	p.signal(syscall.SIGTERM)
+	p.signalGroup(syscall.SIGCONT)
 	if !p.WaitExit(StopTimeout) {
 		p.Kill()
 		p.t.Fatalf("%s did not exit within %v of SIGTERM", p.label, StopTimeout)

@@ -234,6 +234,8 @@ func CheckWatch(s WatchStream, w *Writes, c WatchCheck) []error {
 				}
 				if en.CompactRevision <= openStart {
 					fail("entry %d: canceled as compacted at %d, but the watch started at %d, above it", i, en.CompactRevision, openStart)
+				} else if c.Contiguous && en.CompactRevision <= lastRev+1 {
+					fail("entry %d: canceled as compacted at %d, but the watch needed revision %d next, not compacted", i, en.CompactRevision, lastRev+1)
 				}
 				if c.Compactions != nil && !compactions[en.CompactRevision] {
 					fail("entry %d: compact revision %d is no compaction of the run %v", i, en.CompactRevision, c.Compactions)
@@ -398,4 +400,17 @@ func CheckWatchesAgree(streams []WatchStream) []error {
 		}
 	}
 	return errs
+}
+
+// Merge adds o's writes to w.
+func (w *Writes) Merge(o *Writes) {
+	for r, evs := range o.acked {
+		w.acked[r] = append(w.acked[r], evs...)
+	}
+	for k, n := range o.unknownPuts {
+		w.unknownPuts[k] += n
+	}
+	for k, n := range o.unknownDeletes {
+		w.unknownDeletes[k] += n
+	}
 }
