@@ -2,7 +2,7 @@
 # the e2e module (real kvd, etcd and etcdctl processes) runs after it.
 GO ?= go
 
-.PHONY: all test unit e2e build bench fuzz fuzz-short
+.PHONY: all test unit e2e build bench fuzz fuzz-short robustness
 
 # make alone builds kvd and the auth plugins into bin/.
 all: build
@@ -35,6 +35,18 @@ fuzz-short:
 # cache does not see; a cached pass would hide a change to kvd.
 e2e:
 	cd e2e && $(GO) test -count=1 -timeout 30m ./...
+
+# TestLinearizability (e2e/linearizability_test.go) over ROBUSTNESS_SEEDS
+# fresh random seeds on each engine, or over the seeds listed in ROBUSTNESS_SEED_LIST
+# (e.g. make robustness ROBUSTNESS_SEED_LIST="17 42"): kill -9, leader partitions, pauses
+# and compactions, porcupine and the watch guarantee checks. About 15 s per
+# run; not part of make test (which runs one random seed per engine).
+# See docs/reliability.md, "Robustness runs".
+ROBUSTNESS_SEEDS ?= 20
+ROBUSTNESS_SEED_LIST ?=
+
+robustness:
+	GO=$(GO) ./scripts/robustness.sh $(ROBUSTNESS_SEEDS) $(ROBUSTNESS_SEED_LIST)
 
 build:
 	$(GO) build -o bin/kvd ./cmd/kvd
