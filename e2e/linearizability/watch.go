@@ -17,7 +17,8 @@ import (
 //   - no gaps / reliable: a stream that covers a range of revisions has an
 //     event for every acknowledged write in it, and every event is a write
 //     that was acknowledged or of unknown outcome, with its key, value and
-//     the key's previous value (prev_kv);
+//     the key's previous value (prev_kv; left out, as etcd does, when the
+//     revision before the event was compacted);
 //   - resumable: a stream that breaks or is canceled is reopened at the
 //     last revision + 1, and a reopen below the compacted revision is
 //     answered with a cancel carrying the compact revision, which ends the
@@ -193,8 +194,10 @@ func CheckWatch(s WatchStream, w *Writes, c WatchCheck) []error {
 		errs = append(errs, fmt.Errorf("watch %s: "+format, append([]any{s.Name}, args...)...))
 	}
 	compactions := map[int64]bool{}
+	var maxCompaction int64
 	for _, r := range c.Compactions {
 		compactions[r] = true
+		maxCompaction = max(maxCompaction, r)
 	}
 
 	var (
@@ -269,7 +272,10 @@ func CheckWatch(s WatchStream, w *Writes, c WatchCheck) []error {
 				seen[e.Rev] = append(seen[e.Rev], e)
 				lastRev, lastResp = e.Rev, i
 				// prev_kv is the key's previous event in this stream.
-				if prev, ok := state[e.Key]; ok {
+				// Like etcd, kvd reads prev_kv at the event's revision - 1
+				// when it sends the event, and leaves it out if that
+				// revision is compacted by then.
+				if prev, ok := state[e.Key]; ok && !(!e.PrevExists && e.Rev <= maxCompaction) {
 					wantExists := prev.Type == EventPut
 					if e.PrevExists != wantExists || (wantExists && e.PrevValue != prev.Value) {
 						fail("%s: prev_kv (%v %q), but the key's previous event was %v", id, e.PrevExists, e.PrevValue, *prev)

@@ -147,6 +147,14 @@ func TestWatchUnknownWrites(t *testing.T) {
 	s = good()
 	s.Entries[2] = resp(put("a", "other", 2))
 	expectViolation(t, s, "was acknowledged for")
+	// No prev_kv where the revision before is compacted (at 6): legal.
+	s = good()
+	s.Entries[5] = resp(put("b", "2", 6))
+	if errs := CheckWatch(s, testWrites(), WatchCheck{End: 6, Contiguous: true, Compactions: []int64{6}, FreshKeys: true}); errs != nil {
+		t.Errorf("prev_kv left out above a compaction: %v", errs)
+	}
+	// Not below it.
+	expectViolation(t, s, "prev_kv")
 	// Wrong prev_kv.
 	s = good()
 	s.Entries[5] = resp(withPrev(put("b", "2", 6), "0"))
