@@ -32,6 +32,9 @@ type ClusterOptions struct {
 	Args []string
 	// Binary, when set, is the kvd binary of every member (Options.Binary).
 	Binary string
+	// DataDir, when set, gives a member's data directory by its name; an
+	// empty answer (or a nil DataDir) is a fresh temporary directory.
+	DataDir func(name string) string
 }
 
 // Cluster is a multi-member cluster of the server under test, each member
@@ -132,11 +135,16 @@ func (c *Cluster) launch(t testing.TB, name string, a memberAddrs, initialCluste
 		args = append(args, "--snapshot-count", strconv.Itoa(c.opts.SnapshotCount))
 	}
 	args = append(args, c.opts.Args...)
+	var dataDir string
+	if c.opts.DataDir != nil {
+		dataDir = c.opts.DataDir(name)
+	}
 	p := StartKVD(t, Options{
-		Engine: c.opts.Engine,
-		Binary: c.opts.Binary,
-		Name:   name,
-		Args:   args,
+		Engine:  c.opts.Engine,
+		Binary:  c.opts.Binary,
+		DataDir: dataDir,
+		Name:    name,
+		Args:    args,
 		Member: &MemberConfig{
 			ClientURL:      a.clientURL,
 			PeerListenURL:  a.peerListenURL,
