@@ -410,6 +410,9 @@ func checkFile(path string, bo Options) (err error) {
 	if err := checkExtent(path); err != nil {
 		return err
 	}
+	if err := checkPages(path); err != nil {
+		return err
+	}
 	bo.InitialMmapSize = 0
 	bo.LockTimeout = time.Second
 	opts := bo.boltOptions()

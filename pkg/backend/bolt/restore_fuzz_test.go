@@ -11,10 +11,6 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend"
 )
 
-// metaChecksumOff is where the checksum sits in a meta page (bbolt's
-// internal/common.Meta: page header, then the meta fields it covers).
-const metaChecksumOff = 72
-
 // fixBoltMeta rewrites the checksums of both meta pages, so the fuzzer's
 // mutations of meta fields (root, freelist, high-water page, txid) reach the
 // page checks behind them instead of stopping at a checksum mismatch.
