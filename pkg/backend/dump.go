@@ -156,6 +156,10 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 		if err := bucket.Validate(); err != nil {
 			return fmt.Errorf("load dump: %w: %v", ErrBadDump, err)
 		}
+		if len(k) == 0 {
+			// No engine stores an empty key, so no dump holds one.
+			return fmt.Errorf("load dump: %w: empty key in bucket %q", ErrBadDump, bucket)
+		}
 		if bucket == Meta {
 			// Held back until the checksum is verified, wherever the stream
 			// puts it: a damaged stream with Meta before other records must
