@@ -427,41 +427,28 @@ func (p *Process) signal(sig syscall.Signal) {
 		return
 	default:
 	}
-	if sig == syscall.SIGKILL {
+	switch sig {
+	case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCONT:
+		// The whole group, so that anything kvd spawned stops with it.
 		_ = syscall.Kill(-cmd.Process.Pid, sig)
-	} else {
+	default:
 		_ = cmd.Process.Signal(sig)
 	}
 }
 
 // Pause stops the process group with SIGSTOP (a member that hangs:
 // connections stay open, nothing is answered) until Resume.
-func (p *Process) Pause() { p.signalGroup(syscall.SIGSTOP) }
+func (p *Process) Pause() { p.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused process group with SIGCONT.
-func (p *Process) Resume() { p.signalGroup(syscall.SIGCONT) }
-
-func (p *Process) signalGroup(sig syscall.Signal) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
-}
+func (p *Process) Resume() { p.signal(syscall.SIGCONT) }
 
 // Stop sends SIGTERM and waits for the process to exit. A paused process
 // is continued so that it can.
 func (p *Process) Stop() {
 	p.t.Helper()
 	p.signal(syscall.SIGTERM)
-	p.signalGroup(syscall.SIGCONT)
+	p.signal(syscall.SIGCONT)
 	if !p.WaitExit(StopTimeout) {
 		p.Kill()
 		p.t.Fatalf("%s did not exit within %v of SIGTERM", p.label, StopTimeout)
