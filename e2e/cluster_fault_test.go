@@ -133,6 +133,18 @@ func waitConverged(t *testing.T, c *harness.Cluster) int64 {
 	return rev
 }
 
+// verifyAckedEverywhere waits until the members agree (one revision, one
+// HashKV) and checks the acknowledged writes under prefix on each; it
+// returns that revision.
+func verifyAckedEverywhere(t *testing.T, c *harness.Cluster, prefix string, acked map[string]ackedPut) int64 {
+	t.Helper()
+	rev := waitConverged(t, c)
+	for _, m := range c.Members() {
+		verifyAckedOn(t, c, m, prefix, acked)
+	}
+	return rev
+}
+
 // verifyAckedOn reads prefix serializably from member m (its own state) and
 // requires every acknowledged write with its value and revision, every key
 // written once, and their revisions consecutive from first.
@@ -215,10 +227,7 @@ func TestClusterLeaderCrash(t *testing.T) {
 		acked := load.stop()
 		t.Logf("%d writes acknowledged, %d failed (last error %v)", len(acked), load.failed, load.last)
 
-		waitConverged(t, c)
-		for _, m := range c.Members() {
-			verifyAckedOn(t, c, m, "lc/", acked)
-		}
+		verifyAckedEverywhere(t, c, "lc/", acked)
 	})
 }
 

@@ -165,10 +165,7 @@ func TestFailpointInstallCrash(t *testing.T) {
 			follower.WaitReady(harness.StartTimeout)
 			load.waitAcked(t, "writes after the follower's restart", 100, 30*time.Second)
 			acked := load.stop()
-			waitConverged(t, c)
-			for _, m := range ms {
-				verifyAckedOn(t, c, m, "fp/", acked)
-			}
+			verifyAckedEverywhere(t, c, "fp/", acked)
 		})
 	}
 }

@@ -333,10 +333,7 @@ func TestEtcd13766_KillDuringWritesKeepsMembersConsistent(t *testing.T) {
 	close(stopCompact)
 	<-compactDone
 	acked := load.stop()
-	rev := waitConverged(t, c)
-	for _, m := range c.Members() {
-		verifyAckedOn(t, c, m, "w/", acked)
-	}
+	rev := verifyAckedEverywhere(t, c, "w/", acked)
 	t.Logf("%d acknowledged puts on every member, one revision %d and one HashKV", len(acked), rev)
 }
 
