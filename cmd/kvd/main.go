@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/datadir"
 	"github.com/kvd-dev/kvd/pkg/server"
 )
 
@@ -54,6 +55,15 @@ func run(args []string) int {
 		return 2
 	}
 	defer func() { _ = lg.Sync() }()
+
+	// The member holds its data dir for as long as it runs, so that kvd
+	// migrate, kvd snapshot restore and a second member are refused.
+	lock, err := datadir.Acquire(cfg.DataDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvd: %v\n", err)
+		return 1
+	}
+	defer func() { _ = lock.Release() }()
 
 	app := fx.New(
 		fx.Supply(cfg, lg),

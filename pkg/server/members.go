@@ -7,17 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/config"
-	"github.com/kvd-dev/kvd/pkg/fsutil"
+	"github.com/kvd-dev/kvd/pkg/datadir"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
@@ -35,71 +33,15 @@ type bootstrap struct {
 	initial []membership.Member
 }
 
-// identity is who this data dir belongs to, written once at the first start
-// (etcd keeps the same in its WAL metadata).
-type identity struct {
-	ClusterID string `json:"cluster_id"`
-	MemberID  string `json:"member_id"`
-	Name      string `json:"name"`
-	// Bootstrap is the initial-cluster-state the member started with.
-	Bootstrap string `json:"bootstrap"`
-	// Token is the initial-cluster-token of a member that started a cluster.
-	Token string `json:"token,omitempty"`
-}
+func identityPath(c *config.Config) string { return filepath.Join(c.MemberDir(), datadir.IdentityFile) }
 
-func identityPath(c *config.Config) string { return filepath.Join(c.MemberDir(), "identity.json") }
-
-func readIdentity(path string) (*identity, uint64, uint64, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, 0, nil
+func readIdentity(path string) (*datadir.Identity, uint64, uint64, error) {
+	id, err := datadir.ReadIdentity(path)
+	if err != nil || id == nil {
+		return nil, 0, 0, err
 	}
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("read member identity: %w", err)
-	}
-	var id identity
-	if err := json.Unmarshal(b, &id); err != nil {
-		return nil, 0, 0, fmt.Errorf("member identity %s: %w", path, err)
-	}
-	cid, err1 := strconv.ParseUint(id.ClusterID, 16, 64)
-	mid, err2 := strconv.ParseUint(id.MemberID, 16, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, 0, 0, fmt.Errorf("member identity %s: %w", path, err)
-	}
-	return &id, cid, mid, nil
-}
-
-func writeIdentity(path string, id identity) error {
-	b, err := json.MarshalIndent(id, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := fsutil.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("write member identity: %w", err)
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("write member identity: %w", err)
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsutil.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write member identity %s: %w", path, err)
-	}
-	return nil
+	cid, mid, err := id.IDs()
+	return id, cid, mid, err
 }
 
 // configuredMembers derives the members and cluster ID of a new cluster from
@@ -182,7 +124,7 @@ func newIdentity(c *config.Config) (*memberIdentity, error) {
 				boot.peers = append(boot.peers, raft.Peer{ID: m.ID, Context: m.Marshal()})
 			}
 		}
-		id = &identity{Bootstrap: "new", Token: c.InitialClusterToken}
+		id = &datadir.Identity{Bootstrap: "new", Token: c.InitialClusterToken}
 	default:
 		info, err := fetchCluster(c)
 		if err != nil {
@@ -207,13 +149,13 @@ func newIdentity(c *config.Config) (*memberIdentity, error) {
 		}
 		clusterID = info.ClusterID
 		boot.initial = info.Members
-		id = &identity{Bootstrap: "existing"}
+		id = &datadir.Identity{Bootstrap: "existing"}
 	}
 	if id.ClusterID == "" {
 		id.ClusterID = fmt.Sprintf("%x", clusterID)
 		id.MemberID = fmt.Sprintf("%x", self)
 		id.Name = c.Name
-		if err := writeIdentity(idPath, *id); err != nil {
+		if err := datadir.WriteIdentity(idPath, *id); err != nil {
 			return nil, err
 		}
 	}
