@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -27,9 +28,8 @@ import (
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/backend"
-	"github.com/kvd-dev/kvd/pkg/backend/badger"
-	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/engine"
 	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
@@ -108,6 +108,9 @@ func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Lo
 	if err := recoverBackendDir(c.BackendDir()); err != nil {
 		return nil, err
 	}
+	if err := checkEngineDir(c); err != nil {
+		return nil, err
+	}
 	be, err := openBackend(c, lg)
 	if err != nil {
 		return nil, err
@@ -122,41 +125,28 @@ func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Lo
 	return be, nil
 }
 
+// checkEngineDir refuses to start the configured engine beside another
+// engine's backend: the member would start empty and replay, or diverge.
+func checkEngineDir(c *config.Config) error {
+	present, err := engine.Present(c.SnapDir())
+	if err != nil {
+		return fmt.Errorf("data-dir %s: %w", c.DataDir, err)
+	}
+	want, err := engine.Canonical(c.Backend.Engine)
+	if err != nil {
+		return fmt.Errorf("backend.engine: %w", err)
+	}
+	if len(present) == 0 || slices.Contains(present, want) {
+		return nil
+	}
+	return fmt.Errorf("data-dir %s holds a %s backend, not %s (backend.engine): run `kvd migrate --data-dir %s --to %s` to move the data to %s, or set backend.engine: %s",
+		c.DataDir, present[0], want, c.DataDir, want, want, present[0])
+}
+
 // openBackend opens the configured engine in its directory. The store
 // closes it (newStore): after a snapshot install it is another instance.
 func openBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
-	opts := backend.Options{Dir: c.BackendDir(), Sync: !c.UnsafeNoFsync}
-	var (
-		be  backend.Backend
-		err error
-	)
-	switch c.Backend.Engine {
-	case "bolt", "bbolt":
-		be, err = bolt.Open(opts, bolt.Options{
-			InitialMmapSize: int(c.Backend.Bolt.InitialMmapSize),
-			FreelistType:    c.Backend.Bolt.FreelistType,
-			NoSync:          c.UnsafeNoFsync,
-		})
-	case "badger":
-		be, err = badger.Open(opts, badger.Options{
-			Logger: lg.Named("badger"),
-			// The store's flushes stay under ~16 MiB (its 8 MiB buffer plus
-			// one applied batch); Badger's default memtable for 64 MiB
-			// updates is ~430 MiB, zeroed at open and heavy on the heap.
-			MaxUpdateBytes:   24 << 20,
-			MemTableSize:     c.Backend.Badger.MemTableSize,
-			ValueLogFileSize: c.Backend.Badger.ValueLogFileSize,
-			NumCompactors:    c.Backend.Badger.NumCompactors,
-			ValueThreshold:   c.Backend.Badger.ValueThreshold,
-			BlockCacheSize:   c.Backend.Badger.BlockCacheSize,
-		})
-	default:
-		return nil, fmt.Errorf("backend.engine: unknown engine %q (want bolt or badger)", c.Backend.Engine)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open %s backend in %s: %w", c.Backend.Engine, opts.Dir, err)
-	}
-	return be, nil
+	return engine.Open(c, c.Backend.Engine, c.BackendDir(), lg)
 }
 
 func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHistograms, lg *zap.Logger) (*mvcc.Store, error) {
