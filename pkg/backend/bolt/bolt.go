@@ -14,9 +14,11 @@
 // Options.InitialMmapSize makes that rare; keeping ReadTx short keeps it
 // harmless.
 //
-// Defrag copies the live data into a new file and renames it over Dir/db while
-// writers wait. The old file stays open (and mapped) until the last ReadTx
-// begun on it is released, so Defrag never waits for readers.
+// Defrag copies the live data into a new file from a read transaction while
+// writers go on committing, replays the writes they committed meanwhile, and
+// renames the new file over Dir/db; writers wait only for the last replay and
+// the swap (see defrag.go). The old file stays open (and mapped) until the
+// last ReadTx begun on it is released, so Defrag never waits for readers.
 package bolt
 
 import (
@@ -29,9 +31,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
@@ -46,7 +50,8 @@ const (
 	defragSuffix = ".defrag"
 	// restoreSuffix is Restore's equivalent of defragSuffix.
 	restoreSuffix = ".restore"
-	// defragTxBytes bounds the size of one copy transaction during Defrag.
+	// defragTxBytes bounds the size of one copy or replay transaction during
+	// Defrag.
 	defragTxBytes = 10 << 20
 )
 
@@ -75,6 +80,9 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process. Default: 10s.
 	LockTimeout time.Duration
+	// Logger receives what Defrag reclaimed and how long it took. Nil
+	// discards it.
+	Logger *zap.Logger
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -118,9 +126,17 @@ type Backend struct {
 
 	gate gate.Gate // every operation and every open ReadTx holds it
 
-	// writeMu serialises Update, Defrag and Restore-like swaps; bolt has one
-	// writer anyway, taking it here keeps Defrag's copy free of writers.
+	// writeMu serialises Update and Defrag's swap; bolt has one writer
+	// anyway. Defrag holds it to open its snapshot and start the journal,
+	// and for its last replay and the swap, never for the copy.
 	writeMu sync.Mutex
+	// journal records the writes committed while a Defrag runs; nil when
+	// none does. It changes only under writeMu, so an Update holding writeMu
+	// records into the journal of the Defrag whose snapshot it follows.
+	journal atomic.Pointer[journal]
+	// defragMu lets one Defrag run at a time; a second one waits.
+	defragMu sync.Mutex
+	lg       *zap.Logger
 	// mu guards db. It is held only to read the pointer and begin a bolt
 	// transaction, never across a callback.
 	mu sync.RWMutex
@@ -156,7 +172,11 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	if err := fsutil.SyncDir(opts.Dir); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
-	return &Backend{path: path, bo: bo, db: db}, nil
+	lg := bo.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	return &Backend{path: path, bo: bo, db: db, lg: lg}, nil
 }
 
 func openDB(path string, bo Options) (*bolt.DB, error) {
@@ -206,9 +226,14 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 		return backend.ErrClosed
 	}
 	defer be.gate.Exit()
+	if j := be.journal.Load(); j != nil {
+		j.waitRoom() // a full journal holds writers until Defrag drains it
+	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
-	// Under writeMu the pointer cannot change: Defrag swaps it holding writeMu.
+	// Under writeMu the pointer cannot change: Defrag swaps it holding
+	// writeMu, and starts and ends its journal holding it.
+	j := be.journal.Load()
 	tx, err := be.db.Begin(true)
 	if err != nil {
 		return fmt.Errorf("begin bolt write tx: %w", err)
@@ -219,7 +244,7 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	w := &writeTx{readTx: readTx{tx: tx}}
+	w := &writeTx{readTx: readTx{tx: tx}, record: j != nil}
 	ferr := fn(w)
 	w.done = true
 	if ferr != nil {
@@ -231,6 +256,9 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 	committed = true
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit bolt tx: %w", err)
+	}
+	if j != nil {
+		j.add(w.ops, w.opBytes)
 	}
 	return nil
 }
@@ -284,68 +312,6 @@ func (be *Backend) Snapshot(w io.Writer) (int64, error) {
 		return n, fmt.Errorf("write bolt snapshot of %s: %w", be.path, err)
 	}
 	return n, nil
-}
-
-// Defrag implements backend.Backend. Writers wait while it copies; readers
-// do not, and ReadTx begun before it go on seeing the old file.
-func (be *Backend) Defrag() error {
-	if !be.gate.Enter() {
-		return backend.ErrClosed
-	}
-	defer be.gate.Exit()
-	be.writeMu.Lock()
-	defer be.writeMu.Unlock()
-
-	tmpPath := be.path + defragSuffix
-	if err := os.Remove(tmpPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("defrag: remove stale %s: %w", tmpPath, err)
-	}
-	tmpOpts := be.bo
-	tmpOpts.NoSync = true // one fsync at the end instead of one per copy tx
-	tmpOpts.InitialMmapSize = 0
-	tmp, err := bolt.Open(tmpPath, 0o600, tmpOpts.boltOptions())
-	if err != nil {
-		return fmt.Errorf("defrag: open %s: %w", tmpPath, err)
-	}
-	if err := bolt.Compact(tmp, be.db, defragTxBytes); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmpPath)
-		return fmt.Errorf("defrag: copy %s: %w", be.path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmpPath)
-		return fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
-	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmpPath)
-		return fmt.Errorf("defrag: close %s: %w", tmpPath, err)
-	}
-	if err := os.Rename(tmpPath, be.path); err != nil {
-		_ = os.Remove(tmpPath)
-		return fmt.Errorf("defrag: rename %s: %w", tmpPath, err)
-	}
-	if err := fsutil.SyncDir(filepath.Dir(be.path)); err != nil {
-		return fmt.Errorf("defrag: %w", err)
-	}
-	// From here Dir/db is the new file. If it cannot be opened, keep serving
-	// from the old one: it holds the same data, and kvd replays from the WAL
-	// whatever the file on disk lacks at the next start.
-	ndb, err := openDB(be.path, be.bo)
-	if err != nil {
-		return fmt.Errorf("defrag: reopen: %w", err)
-	}
-	be.mu.Lock()
-	old := be.db
-	be.db = ndb
-	be.mu.Unlock()
-	be.retired.Add(1)
-	go func() {
-		defer be.retired.Done()
-		// bolt's Close waits for the read transactions still open on old.
-		_ = old.Close()
-	}()
-	return nil
 }
 
 // Sync implements backend.Backend.
@@ -612,6 +578,10 @@ func (r *readTx) Release() {
 type writeTx struct {
 	readTx
 	err error // first failed write; Update then commits nothing
+	// record keeps the writes in ops for a running Defrag's journal.
+	record  bool
+	ops     []op
+	opBytes int64
 }
 
 func (w *writeTx) Release() {}
@@ -641,8 +611,14 @@ func (w *writeTx) Put(b backend.Bucket, key, value []byte) error {
 	buf := make([]byte, len(key)+len(value))
 	copy(buf, key)
 	copy(buf[len(key):], value)
-	if err := bkt.Put(buf[:len(key):len(key)], buf[len(key):]); err != nil {
+	k, v := buf[:len(key):len(key)], buf[len(key):]
+	if err := bkt.Put(k, v); err != nil {
 		return w.fail(fmt.Errorf("bolt put in bucket %s: %w", b, err))
+	}
+	if w.record {
+		// bolt does not modify k and v, and nobody else holds them.
+		w.ops = append(w.ops, op{bucket: b, key: k, value: v})
+		w.opBytes += int64(len(buf))
 	}
 	return nil
 }
@@ -660,6 +636,10 @@ func (w *writeTx) Delete(b backend.Bucket, key []byte) error {
 	}
 	if err := bkt.Delete(key); err != nil {
 		return w.fail(fmt.Errorf("bolt delete in bucket %s: %w", b, err))
+	}
+	if w.record {
+		w.ops = append(w.ops, op{bucket: b, key: bytes.Clone(key), del: true})
+		w.opBytes += int64(len(key))
 	}
 	return nil
 }

@@ -1,0 +1,382 @@
+package bolt
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
+)
+
+const (
+	// defragJournalMax bounds the keys and values a Defrag's journal holds.
+	// Past it, Update waits until Defrag drains the journal: during the copy
+	// that means writers wait for the rest of the copy, as every write did
+	// before Defrag went online (the last resort); once the copy is done,
+	// each replay round drains it.
+	defragJournalMax = 64 << 20
+	// defragReplayRounds is how many times Defrag replays the journal
+	// without writeMu before it takes writeMu for the rest.
+	defragReplayRounds = 4
+	// defragLockedReplay: a replay round that found less than this many
+	// bytes is the last one without writeMu; so little replays in about a
+	// millisecond.
+	defragLockedReplay = 256 << 10
+)
+
+// defragHook, when set (by tests), is called by Defrag at each stage:
+// "copy" after the snapshot is open and writeMu released, "replay" when the
+// copy is done and the snapshot released, "swap" holding writeMu just
+// before the new file is synced and renamed. An error fails the Defrag
+// there.
+var defragHook func(stage string) error
+
+// journalLimit is defragJournalMax; tests lower it.
+var journalLimit int64 = defragJournalMax
+
+func hook(stage string) error {
+	if defragHook != nil {
+		if err := defragHook(stage); err != nil {
+			return fmt.Errorf("defrag: %s: %w", stage, err)
+		}
+	}
+	return nil
+}
+
+// op is one committed write: a put of value, or a delete.
+type op struct {
+	bucket     backend.Bucket
+	key, value []byte
+	del        bool
+}
+
+// journal holds, in commit order, the writes committed since a Defrag
+// opened its snapshot, for Defrag to replay into the new file.
+type journal struct {
+	limit int64
+	mu    sync.Mutex
+	room  *sync.Cond // signalled when ops are drained or the journal ends
+	ops   []op
+	bytes int64
+	done  bool
+}
+
+func newJournal() *journal {
+	j := &journal{limit: journalLimit}
+	j.room = sync.NewCond(&j.mu)
+	return j
+}
+
+// add appends the writes of one committed Update.
+func (j *journal) add(ops []op, n int64) {
+	if len(ops) == 0 {
+		return
+	}
+	j.mu.Lock()
+	j.ops = append(j.ops, ops...)
+	j.bytes += n
+	j.mu.Unlock()
+}
+
+// drain takes every write recorded so far.
+func (j *journal) drain() ([]op, int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ops, n := j.ops, j.bytes
+	j.ops, j.bytes = nil, 0
+	j.room.Broadcast()
+	return ops, n
+}
+
+// waitRoom waits while the journal is full.
+func (j *journal) waitRoom() {
+	j.mu.Lock()
+	for j.bytes > j.limit && !j.done {
+		j.room.Wait()
+	}
+	j.mu.Unlock()
+}
+
+// end releases the writers waiting for room; Defrag has unhooked j.
+func (j *journal) end() {
+	j.mu.Lock()
+	j.done = true
+	j.ops, j.bytes = nil, 0
+	j.room.Broadcast()
+	j.mu.Unlock()
+}
+
+// Defrag implements backend.Backend. It copies the live data into a new file
+// from a read transaction, without holding writeMu: Updates go on committing
+// to the live file and, while a Defrag runs, also record their writes in its
+// journal. Once the copy is done Defrag replays the journal into the new
+// file in a few rounds, then takes writeMu, replays the rest, fsyncs the new
+// file, renames it over Dir/db and swaps it in. Writers wait only for that
+// last step, unless the journal fills up (defragJournalMax).
+//
+// A crash before the rename leaves the old file live and a leftover
+// Dir/db.defrag, which Open removes; the new file is synced before the
+// rename, so after it the new file is live and complete. An error before
+// the rename leaves the old file live and removes the new one.
+//
+// The copy's read transaction holds bolt's mmap lock: a commit that must
+// grow the memory map waits for the copy (Options.InitialMmapSize, 10 GiB by
+// default, makes that rare).
+func (be *Backend) Defrag() error {
+	if !be.gate.Enter() {
+		return backend.ErrClosed
+	}
+	defer be.gate.Exit()
+	be.defragMu.Lock()
+	defer be.defragMu.Unlock()
+	start := time.Now()
+	sizeBefore, inUseBefore := be.sizes()
+	st, err := be.defrag()
+	if err != nil {
+		be.lg.Warn("bolt defrag failed", zap.String("path", be.path), zap.Duration("took", time.Since(start)), zap.Error(err))
+		return err
+	}
+	size, inUse := be.sizes()
+	be.lg.Info("bolt defrag done",
+		zap.String("path", be.path),
+		zap.Int64("size-before", sizeBefore), zap.Int64("size-after", size),
+		zap.Int64("size-in-use-before", inUseBefore), zap.Int64("size-in-use-after", inUse),
+		zap.Int64("reclaimed", sizeBefore-size),
+		zap.Duration("took", time.Since(start)),
+		zap.Duration("copy", st.copy), zap.Duration("writers-paused", st.paused),
+		zap.Int("replayed-writes", st.replayed), zap.Int("replay-rounds", st.rounds))
+	return nil
+}
+
+type defragStats struct {
+	copy, paused     time.Duration
+	replayed, rounds int
+}
+
+func (be *Backend) defrag() (st defragStats, err error) {
+	tmpPath := be.path + defragSuffix
+	if err := os.Remove(tmpPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return st, fmt.Errorf("defrag: remove stale %s: %w", tmpPath, err)
+	}
+	tmpOpts := be.bo
+	tmpOpts.NoSync = true // one fsync at the end instead of one per copy tx
+	tmp, err := bolt.Open(tmpPath, 0o600, tmpOpts.boltOptions())
+	if err != nil {
+		return st, fmt.Errorf("defrag: open %s: %w", tmpPath, err)
+	}
+
+	// The snapshot and the journal start together, under writeMu: every
+	// commit is either in the snapshot or in the journal, never both.
+	be.writeMu.Lock()
+	src, err := be.db.Begin(false)
+	if err != nil {
+		be.writeMu.Unlock()
+		_ = tmp.Close()
+		_ = os.Remove(tmpPath)
+		return st, fmt.Errorf("defrag: begin read tx: %w", err)
+	}
+	j := newJournal()
+	be.journal.Store(j)
+	be.writeMu.Unlock()
+
+	locked := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !locked {
+			be.writeMu.Lock()
+		}
+		be.journal.Store(nil)
+		be.writeMu.Unlock()
+		j.end()
+		_ = tmp.Close()
+		_ = os.Remove(tmpPath)
+	}()
+
+	if err := hook("copy"); err != nil {
+		_ = src.Rollback()
+		return st, err
+	}
+	t0 := time.Now()
+	err = copyTx(tmp, src, defragTxBytes)
+	_ = src.Rollback()
+	if err != nil {
+		return st, fmt.Errorf("defrag: copy %s: %w", be.path, err)
+	}
+	st.copy = time.Since(t0)
+	if err := hook("replay"); err != nil {
+		return st, err
+	}
+	for st.rounds < defragReplayRounds {
+		ops, n := j.drain()
+		st.rounds++
+		st.replayed += len(ops)
+		if err := replay(tmp, ops); err != nil {
+			return st, fmt.Errorf("defrag: replay into %s: %w", tmpPath, err)
+		}
+		if n < defragLockedReplay {
+			break
+		}
+	}
+
+	be.writeMu.Lock()
+	locked = true
+	t1 := time.Now()
+	ops, _ := j.drain()
+	st.replayed += len(ops)
+	if err := replay(tmp, ops); err != nil {
+		return st, fmt.Errorf("defrag: replay into %s: %w", tmpPath, err)
+	}
+	if err := hook("swap"); err != nil {
+		return st, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return st, fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
+	}
+	if err := os.Rename(tmpPath, be.path); err != nil {
+		return st, fmt.Errorf("defrag: rename %s: %w", tmpPath, err)
+	}
+	// From here Dir/db is the new file: serve from it, whatever happens.
+	// The file stays open; only its commits' fsyncs change.
+	tmp.NoSync = be.bo.NoSync
+	be.journal.Store(nil)
+	j.end()
+	be.mu.Lock()
+	old := be.db
+	be.db = tmp
+	be.mu.Unlock()
+	st.paused = time.Since(t1)
+	be.writeMu.Unlock()
+	be.retired.Add(1)
+	go func() {
+		defer be.retired.Done()
+		// bolt's Close waits for the read transactions still open on old.
+		_ = old.Close()
+	}()
+	if err := fsutil.SyncDir(filepath.Dir(be.path)); err != nil {
+		// Not an error of this Defrag (err would remove the new file): a
+		// crash may now leave either file live, both complete.
+		be.lg.Warn("bolt defrag: sync directory after rename", zap.String("path", be.path), zap.Error(err))
+	}
+	return st, nil
+}
+
+// copyTx copies every bucket of src into the empty dst, committing every
+// txBytes of keys and values, with full pages (keys arrive in order).
+func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64) (err error) {
+	tx, err := dst.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var size int64
+	// path names the bucket being copied, from the root, for reopening it in
+	// the next transaction.
+	var copyBucket func(path [][]byte, from *bolt.Bucket) error
+	open := func(path [][]byte) *bolt.Bucket {
+		b := tx.Bucket(path[0])
+		for _, name := range path[1:] {
+			b = b.Bucket(name)
+		}
+		b.FillPercent = 1.0
+		return b
+	}
+	copyBucket = func(path [][]byte, from *bolt.Bucket) error {
+		to := open(path)
+		c := from.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if size += int64(len(k) + len(v)); size > txBytes {
+				if err := tx.Commit(); err != nil {
+					return err
+				}
+				if tx, err = dst.Begin(true); err != nil {
+					return err
+				}
+				size = int64(len(k) + len(v))
+				to = open(path)
+			}
+			if v != nil {
+				if err := to.Put(k, v); err != nil {
+					return err
+				}
+				continue
+			}
+			sub := from.Bucket(k)
+			if sub == nil { // an empty value
+				if err := to.Put(k, []byte{}); err != nil {
+					return err
+				}
+				continue
+			}
+			nb, err := to.CreateBucket(k)
+			if err != nil {
+				return err
+			}
+			if err := nb.SetSequence(sub.Sequence()); err != nil {
+				return err
+			}
+			if err := copyBucket(append(path[:len(path):len(path)], k), sub); err != nil {
+				return err
+			}
+			to = open(path) // the nested copy may have committed tx
+		}
+		return nil
+	}
+	err = src.ForEach(func(name []byte, from *bolt.Bucket) error {
+		b, err := tx.CreateBucketIfNotExists(name)
+		if err != nil {
+			return err
+		}
+		if err := b.SetSequence(from.Sequence()); err != nil {
+			return err
+		}
+		return copyBucket([][]byte{name}, from)
+	})
+	if err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// replay applies journal writes to db in order, committing every
+// defragTxBytes.
+func replay(db *bolt.DB, ops []op) error {
+	for len(ops) > 0 {
+		var size int64
+		err := db.Update(func(tx *bolt.Tx) error {
+			for len(ops) > 0 && size < defragTxBytes {
+				o := ops[0]
+				size += int64(len(o.key) + len(o.value))
+				if o.del {
+					if b := tx.Bucket([]byte(o.bucket)); b != nil {
+						if err := b.Delete(o.key); err != nil {
+							return err
+						}
+					}
+				} else {
+					b, err := tx.CreateBucketIfNotExists([]byte(o.bucket))
+					if err != nil {
+						return err
+					}
+					if err := b.Put(o.key, o.value); err != nil {
+						return err
+					}
+				}
+				ops = ops[1:]
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
