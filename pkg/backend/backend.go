@@ -89,7 +89,14 @@ type Backend interface {
 	// Snapshot writes a consistent copy of the whole backend to w, in a form
 	// that Restore of the same engine accepts.
 	Snapshot(w io.Writer) (int64, error)
-	// Defrag reclaims free space. It may block writers while it runs.
+	// Defrag reclaims free space: it copies the live data into a new store
+	// and swaps that in. Readers never wait, and a ReadTx opened before the
+	// swap goes on seeing the old store. Updates go on committing during the
+	// copy and wait only for the final swap, unless so much is written
+	// during the copy that the engine's bounded journal of those writes
+	// fills up: then they wait for the rest of the copy. One Defrag runs at
+	// a time (a second one waits), and Close waits for it. On error the old
+	// store stays live and the partial copy is removed.
 	Defrag() error
 	// Sync forces everything committed so far to stable storage.
 	Sync() error

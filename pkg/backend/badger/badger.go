@@ -17,7 +17,9 @@
 // Files live in Dir/<name>, where Dir/CURRENT names the live subdirectory
 // (default "data"). Restore and Defrag build a new subdirectory and switch
 // CURRENT, so a crash during either leaves the old data in place, and Open
-// removes whatever subdirectory CURRENT does not name.
+// removes whatever subdirectory CURRENT does not name. Defrag copies from a
+// snapshot while writers go on committing, and holds them only for its last
+// replay of what they committed meanwhile and the switch (see defrag.go).
 package badger
 
 import (
@@ -155,9 +157,15 @@ type Backend struct {
 	arena int64
 
 	gate gate.Gate // every operation and every open ReadTx holds it
-	// writeMu serialises Update and Defrag, so transactions never conflict.
-	// It also guards the replacement of cur.
+	// writeMu serialises Updates, so transactions never conflict. It also
+	// guards the replacement of cur, and the start and end of a Defrag's
+	// journal; Defrag holds it for those, never for its copy.
 	writeMu sync.Mutex
+	// journal records the writes committed while a Defrag runs; nil when
+	// none does. It changes only under writeMu.
+	journal atomic.Pointer[journal]
+	// defragMu lets one Defrag run at a time; a second one waits.
+	defragMu sync.Mutex
 	// curMu guards cur for readers, which pin the store they read.
 	curMu sync.RWMutex
 	cur   *store
@@ -293,12 +301,16 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 		return backend.ErrClosed
 	}
 	defer be.gate.Exit()
+	if j := be.journal.Load(); j != nil {
+		j.waitRoom() // a full journal holds writers until Defrag drains it
+	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
-	// Holding writeMu, cur cannot change under us.
+	// Holding writeMu, cur and journal cannot change under us.
+	j := be.journal.Load()
 	txn := be.cur.db.NewTransaction(true)
 	defer txn.Discard()
-	w := &writeTx{readTx: readTx{txn: txn}}
+	w := &writeTx{readTx: readTx{txn: txn}, record: j != nil}
 	ferr := fn(w)
 	w.done = true
 	if ferr != nil {
@@ -311,6 +323,9 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 		return fmt.Errorf("commit badger txn in %s: %w", be.cur.dir, err)
 	}
 	be.written.Add(w.bytes)
+	if j != nil {
+		j.add(w.ops, w.opBytes)
+	}
 	return nil
 }
 
@@ -627,6 +642,10 @@ type writeTx struct {
 	readTx
 	err   error // first failed write; Update then commits nothing
 	bytes int64 // stored key and value bytes written, for Size
+	// record keeps the writes in ops for a running Defrag's journal.
+	record  bool
+	ops     []op
+	opBytes int64
 }
 
 func (w *writeTx) Release() {}
@@ -658,6 +677,11 @@ func (w *writeTx) Put(b backend.Bucket, key, value []byte) error {
 		return w.fail(writeErr("put", b, err))
 	}
 	w.bytes += int64(len(buf))
+	if w.record {
+		// Badger does not modify k and v, and nobody else holds them.
+		w.ops = append(w.ops, op{key: k, value: buf[len(k):]})
+		w.opBytes += int64(len(buf))
+	}
 	return nil
 }
 
@@ -672,8 +696,13 @@ func (w *writeTx) Delete(b backend.Bucket, key []byte) error {
 	if len(key) == 0 {
 		return nil
 	}
-	if err := w.txn.Delete(append(k, key...)); err != nil {
+	k = append(k, key...)
+	if err := w.txn.Delete(k); err != nil {
 		return w.fail(writeErr("delete", b, err))
+	}
+	if w.record {
+		w.ops = append(w.ops, op{key: k, del: true})
+		w.opBytes += int64(len(k))
 	}
 	return nil
 }

@@ -1,43 +1,185 @@
 package badger
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
+	"github.com/dgraph-io/ristretto/v2/z"
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
+const (
+	// defragJournalMax bounds the keys and values a Defrag's journal holds.
+	// Past it, Update waits until Defrag drains the journal: during the copy
+	// that means writers wait for the rest of the copy, as every write did
+	// before Defrag went online (the last resort); once the copy is done,
+	// each replay round drains it.
+	defragJournalMax = 64 << 20
+	// defragReplayRounds is how many times Defrag replays the journal
+	// without writeMu before it takes writeMu for the rest.
+	defragReplayRounds = 4
+	// defragLockedReplay: a replay round that found less than this many
+	// bytes is the last one without writeMu; so little replays in about a
+	// millisecond.
+	defragLockedReplay = 256 << 10
+	// copyBatch is how many bytes of keys and values the copy hands the
+	// StreamWriter at a time.
+	copyBatch = 4 << 20
+)
+
+// defragHook, when set (by tests), is called by Defrag at each stage:
+// "copy" after the snapshot is open and writeMu released, "replay" when the
+// copy is done and the snapshot released, "swap" holding writeMu just
+// before the new database is synced and named in CURRENT. An error fails
+// the Defrag there.
+var defragHook func(stage string) error
+
+// journalLimit is defragJournalMax; tests lower it.
+var journalLimit int64 = defragJournalMax
+
+func hook(stage string) error {
+	if defragHook != nil {
+		if err := defragHook(stage); err != nil {
+			return fmt.Errorf("defrag: %s: %w", stage, err)
+		}
+	}
+	return nil
+}
+
+// op is one committed write of a stored key: a put of value, or a delete.
+type op struct {
+	key, value []byte
+	del        bool
+}
+
+// journal holds, in commit order, the writes committed since a Defrag
+// opened its snapshot, for Defrag to replay into the new database.
+type journal struct {
+	limit int64
+	mu    sync.Mutex
+	room  *sync.Cond // signalled when ops are drained or the journal ends
+	ops   []op
+	bytes int64
+	done  bool
+}
+
+func newJournal() *journal {
+	j := &journal{limit: journalLimit}
+	j.room = sync.NewCond(&j.mu)
+	return j
+}
+
+// add appends the writes of one committed Update.
+func (j *journal) add(ops []op, n int64) {
+	if len(ops) == 0 {
+		return
+	}
+	j.mu.Lock()
+	j.ops = append(j.ops, ops...)
+	j.bytes += n
+	j.mu.Unlock()
+}
+
+// drain takes every write recorded so far.
+func (j *journal) drain() ([]op, int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ops, n := j.ops, j.bytes
+	j.ops, j.bytes = nil, 0
+	j.room.Broadcast()
+	return ops, n
+}
+
+// waitRoom waits while the journal is full.
+func (j *journal) waitRoom() {
+	j.mu.Lock()
+	for j.bytes > j.limit && !j.done {
+		j.room.Wait()
+	}
+	j.mu.Unlock()
+}
+
+// end releases the writers waiting for room; Defrag has unhooked j.
+func (j *journal) end() {
+	j.mu.Lock()
+	j.done = true
+	j.ops, j.bytes = nil, 0
+	j.room.Broadcast()
+	j.mu.Unlock()
+}
+
 // Defrag copies the live data into a new database and swaps it in, as bolt's
-// defragment copies into a new file. Badger's own garbage collection cannot
-// be relied on to give space back: it never rewrites the value log file being
-// written, keeps memtable logs at full size, and drops old versions only as
-// compactions happen to reach them. A copy holds just the latest version of
-// each live key.
+// defragment copies into a new file. That copy is what reclaims space on
+// Badger: its own garbage collection (value-log GC, compactions) cannot be
+// relied on to give space back, as it never rewrites the value log file
+// being written, keeps memtable logs at full size, and drops old versions
+// only as compactions happen to reach them. A copy holds just the latest
+// version of each live key, in fresh sorted tables (Badger's StreamWriter),
+// with no value log beyond what later writes add. Defrag logs the size
+// before and after, and the time it took.
 //
-// Writers wait while the copy runs; readers do not. The new database is
-// synced before CURRENT names it, so a crash at any point leaves either the
-// old or the new data live, and Open removes the other. Readers that pinned
-// the old database keep reading it; it is closed and removed in the
-// background once they are done (Close waits for that).
+// The copy reads a snapshot and does not hold writeMu: Updates go on
+// committing to the live database and, while a Defrag runs, also record
+// their writes in its journal. Once the copy is done Defrag replays the
+// journal into the new database in a few rounds, then takes writeMu,
+// replays the rest, syncs the new database, points CURRENT at it and swaps
+// it in. Writers wait only for that last step, unless the journal fills up
+// (defragJournalMax).
+//
+// The new database is synced before CURRENT names it, so a crash at any
+// point leaves either the old or the new data live, and Open removes the
+// other; an error before CURRENT names the new database removes it and
+// leaves the old one live. Readers never wait: those that pinned the old
+// database keep reading it; it is closed and removed in the background once
+// they are done (Close waits for that).
 func (be *Backend) Defrag() error {
 	if !be.gate.Enter() {
 		return backend.ErrClosed
 	}
 	defer be.gate.Exit()
-	old, err := be.swapInCopy()
+	be.defragMu.Lock()
+	defer be.defragMu.Unlock()
+	start := time.Now()
+	// Size between walks is an estimate; measure both ends.
+	be.remeasure()
+	before := be.Size()
+	old, st, err := be.swapInCopy()
 	if err != nil {
+		be.lg.Warn("badger defrag failed", zap.String("dir", be.root), zap.Duration("took", time.Since(start)), zap.Error(err))
 		return err
 	}
 	be.remeasure()
 	be.retiring.Add(1)
 	go be.retire(old)
+	after := be.Size()
+	be.lg.Info("badger defrag done",
+		zap.String("old-dir", old.dir), zap.String("new-dir", be.pinDir()),
+		zap.Int64("size-before", before), zap.Int64("size-after", after),
+		zap.Int64("reclaimed", before-after),
+		zap.Duration("took", time.Since(start)),
+		zap.Duration("copy", st.copy), zap.Duration("writers-paused", st.paused),
+		zap.Int("replayed-writes", st.replayed), zap.Int("replay-rounds", st.rounds))
 	return nil
+}
+
+func (be *Backend) pinDir() string {
+	s := be.pin()
+	defer s.readers.Done()
+	return s.dir
+}
+
+type defragStats struct {
+	copy, paused     time.Duration
+	replayed, rounds int
 }
 
 // retire closes and removes a replaced store once no reader pins it. A
@@ -53,56 +195,170 @@ func (be *Backend) retire(old *store) {
 	}
 }
 
-// swapInCopy copies the live store into a new subdirectory, points CURRENT
-// at it and makes it the live store. It returns the replaced store, which
-// readers may still pin.
-func (be *Backend) swapInCopy() (*store, error) {
-	be.writeMu.Lock()
-	defer be.writeMu.Unlock()
-	old := be.cur
+// swapInCopy copies the live store into a new subdirectory, replays the
+// journal into it, points CURRENT at it and makes it the live store. It
+// returns the replaced store, which readers may still pin.
+func (be *Backend) swapInCopy() (_ *store, st defragStats, err error) {
 	name := newDataName()
 	dir := filepath.Join(be.root, name)
 	db, err := badger.Open(be.opts.badgerOptions(dir, be.sync))
 	if err != nil {
-		return nil, fmt.Errorf("defrag: open badger db %s: %w", dir, err)
+		return nil, st, fmt.Errorf("defrag: open badger db %s: %w", dir, err)
 	}
-	abandon := func(err error) (*store, error) {
+
+	// The snapshot and the journal start together, under writeMu: every
+	// commit is either in the snapshot or in the journal, never both. Only
+	// Defrag replaces cur, and defragMu keeps this one the only Defrag.
+	be.writeMu.Lock()
+	old := be.cur
+	snap := old.db.NewTransaction(false)
+	j := newJournal()
+	be.journal.Store(j)
+	be.writeMu.Unlock()
+
+	locked := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !locked {
+			be.writeMu.Lock()
+		}
+		be.journal.Store(nil)
+		be.writeMu.Unlock()
+		j.end()
 		_ = db.Close()
 		_ = os.RemoveAll(dir)
-		return nil, err
+	}()
+
+	if err := hook("copy"); err != nil {
+		snap.Discard()
+		return nil, st, err
 	}
-	if err := copyLive(old.db, db); err != nil {
-		return abandon(fmt.Errorf("defrag: copy %s to %s: %w", old.dir, dir, err))
+	t0 := time.Now()
+	err = copySnapshot(snap, db)
+	snap.Discard()
+	if err != nil {
+		return nil, st, fmt.Errorf("defrag: copy %s to %s: %w", old.dir, dir, err)
+	}
+	st.copy = time.Since(t0)
+	if err := hook("replay"); err != nil {
+		return nil, st, err
+	}
+	for st.rounds < defragReplayRounds {
+		ops, n := j.drain()
+		st.rounds++
+		st.replayed += len(ops)
+		if err := replay(db, ops); err != nil {
+			return nil, st, fmt.Errorf("defrag: replay into %s: %w", dir, err)
+		}
+		if n < defragLockedReplay {
+			break
+		}
+	}
+
+	be.writeMu.Lock()
+	locked = true
+	t1 := time.Now()
+	ops, _ := j.drain()
+	st.replayed += len(ops)
+	if err := replay(db, ops); err != nil {
+		return nil, st, fmt.Errorf("defrag: replay into %s: %w", dir, err)
+	}
+	if err := hook("swap"); err != nil {
+		return nil, st, err
 	}
 	if err := db.Sync(); err != nil {
-		return abandon(fmt.Errorf("defrag: sync %s: %w", dir, err))
+		return nil, st, fmt.Errorf("defrag: sync %s: %w", dir, err)
+	}
+	// Badger does not sync the directory entries of the tables it creates.
+	if err := fsutil.SyncDir(dir); err != nil {
+		return nil, st, fmt.Errorf("defrag: %w", err)
 	}
 	if err := writeCurrent(be.root, name); err != nil {
-		return abandon(fmt.Errorf("defrag: %w", err))
+		// The rename may have happened before the failure (syncing the
+		// directory): then the new database is live on disk, and must be
+		// here too.
+		if live, rerr := readCurrent(be.root); rerr != nil || live != name {
+			return nil, st, fmt.Errorf("defrag: %w", err)
+		}
+		be.lg.Warn("badger defrag: CURRENT names the new database but writing it failed", zap.String("dir", dir), zap.Error(err))
 	}
 	be.curMu.Lock()
 	be.cur = &store{db: db, dir: dir}
 	be.curMu.Unlock()
-	return old, nil
+	be.journal.Store(nil)
+	j.end()
+	st.paused = time.Since(t1)
+	be.writeMu.Unlock()
+	return old, st, nil
 }
 
-// copyLive writes the latest version of every live kvd key of src into the
-// empty dst, straight into sorted tables (Badger's StreamWriter).
-func copyLive(src, dst *badger.DB) error {
+// copySnapshot writes the latest version of every live kvd key that snap
+// sees into the empty dst, straight into sorted tables (Badger's
+// StreamWriter). Badger's Stream cannot read at a given snapshot outside
+// managed mode, so this iterates snap itself.
+func copySnapshot(snap *badger.Txn, dst *badger.DB) error {
 	sw := dst.NewStreamWriter()
 	defer sw.Cancel()
 	if err := sw.Prepare(); err != nil {
 		return err
 	}
-	stream := src.NewStream()
-	stream.Prefix = []byte{nsData}
-	stream.LogPrefix = "kvd defrag"
-	stream.NumGo = 2 // bound memory; the copy is bound by writing anyway
-	stream.Send = sw.Write
-	if err := stream.Orchestrate(context.Background()); err != nil {
+	buf := z.NewBuffer(2*copyBatch, "kvd.defrag")
+	defer func() { _ = buf.Release() }()
+	it := snap.NewIterator(badger.IteratorOptions{Prefix: []byte{nsData}, PrefetchValues: true, PrefetchSize: 100})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		err := item.Value(func(v []byte) error {
+			badger.KVToBuffer(&pb.KV{Key: item.Key(), Value: v, Version: item.Version()}, buf)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if buf.LenNoPadding() >= copyBatch {
+			if err := sw.Write(buf); err != nil {
+				return err
+			}
+			buf.Reset()
+		}
+	}
+	if err := sw.Write(buf); err != nil {
 		return err
 	}
 	return sw.Flush()
+}
+
+// replay applies journal writes to db in order, as few transactions as
+// Badger's transaction size allows. Each gets a commit timestamp above
+// every copied version, so it overrides the copy.
+func replay(db *badger.DB, ops []op) error {
+	for len(ops) > 0 {
+		txn := db.NewTransaction(true)
+		n := 0
+		for _, o := range ops {
+			var err error
+			if o.del {
+				err = txn.Delete(o.key)
+			} else {
+				err = txn.Set(o.key, o.value)
+			}
+			if errors.Is(err, badger.ErrTxnTooBig) && n > 0 {
+				break // commit what fits, go on in the next one
+			}
+			if err != nil {
+				txn.Discard()
+				return err
+			}
+			n++
+		}
+		if err := txn.Commit(); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
 }
 
 // newDataName names a fresh data subdirectory.

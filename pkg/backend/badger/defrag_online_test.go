@@ -1,0 +1,29 @@
+package badger
+
+import (
+	"testing"
+
+	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/backendtest"
+)
+
+func TestDefragOnline(t *testing.T) {
+	// Values of 1 KiB and more go to the value log, so the copy covers both
+	// places Badger keeps values.
+	bo := Options{MaxUpdateBytes: 4 << 20, ValueThreshold: 1 << 10, ValueLogFileSize: 16 << 20}
+	backendtest.RunDefragOnline(t,
+		func(t *testing.T, dir string) backend.Backend {
+			be, err := Open(backend.Options{Dir: dir}, bo)
+			if err != nil {
+				t.Fatalf("open badger: %v", err)
+			}
+			return be
+		},
+		backendtest.DefragHooks{
+			SetHook: func(fn func(string) error) { defragHook = fn },
+			SetJournalLimit: func(n int64) func() {
+				journalLimit = n
+				return func() { journalLimit = defragJournalMax }
+			},
+		})
+}
