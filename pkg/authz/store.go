@@ -26,12 +26,15 @@ const (
 	RootRole = "root"
 )
 
-// Backend record keys in bucket "auth". Users and roles are authpb messages.
+// Backend record keys in bucket "auth" (etcd keeps the same records in
+// its buckets auth, authUsers and authRoles). Users and roles are authpb
+// messages, the enabled flag one byte (1 or 0), the revision 8 bytes
+// big-endian.
 const (
-	keyEnabled    = "enabled"
-	keyRevision   = "revision"
-	userKeyPrefix = "user/"
-	roleKeyPrefix = "role/"
+	KeyEnabled    = "enabled"
+	KeyRevision   = "revision"
+	UserKeyPrefix = "user/"
+	RoleKeyPrefix = "role/"
 )
 
 // Writer stages the store's records in the batch being applied, so they are
@@ -96,20 +99,20 @@ func (s *Store) Load(each func(fn func(key string, value []byte) error) error) e
 	st := &state{rev: 1, users: map[string]*authpb.User{}, roles: map[string]*authpb.Role{}}
 	err := each(func(key string, value []byte) error {
 		switch {
-		case key == keyEnabled:
+		case key == KeyEnabled:
 			st.enabled = len(value) == 1 && value[0] == 1
-		case key == keyRevision:
+		case key == KeyRevision:
 			if len(value) != 8 {
 				return fmt.Errorf("auth revision record of %d bytes", len(value))
 			}
 			st.rev = binary.BigEndian.Uint64(value)
-		case strings.HasPrefix(key, userKeyPrefix):
+		case strings.HasPrefix(key, UserKeyPrefix):
 			u := &authpb.User{}
 			if err := proto.Unmarshal(value, u); err != nil {
 				return fmt.Errorf("auth user record %q: %w", key, err)
 			}
 			st.users[string(u.Name)] = u
-		case strings.HasPrefix(key, roleKeyPrefix):
+		case strings.HasPrefix(key, RoleKeyPrefix):
 			r := &authpb.Role{}
 			if err := proto.Unmarshal(value, r); err != nil {
 				return fmt.Errorf("auth role record %q: %w", key, err)
@@ -185,14 +188,14 @@ func hasRootRole(u *authpb.User) bool {
 func (s *Store) publish(w Writer, old, st *state, bump bool) error {
 	if bump {
 		st.rev = old.rev + 1
-		w.PutAuth(keyRevision, binary.BigEndian.AppendUint64(nil, st.rev))
+		w.PutAuth(KeyRevision, binary.BigEndian.AppendUint64(nil, st.rev))
 	}
 	if st.enabled != old.enabled {
 		v := byte(0)
 		if st.enabled {
 			v = 1
 		}
-		w.PutAuth(keyEnabled, []byte{v})
+		w.PutAuth(KeyEnabled, []byte{v})
 	}
 	for name, u := range st.users {
 		if old.users[name] != u {
@@ -200,12 +203,12 @@ func (s *Store) publish(w Writer, old, st *state, bump bool) error {
 			if err != nil {
 				return err
 			}
-			w.PutAuth(userKeyPrefix+name, b)
+			w.PutAuth(UserKeyPrefix+name, b)
 		}
 	}
 	for name := range old.users {
 		if _, ok := st.users[name]; !ok {
-			w.DeleteAuth(userKeyPrefix + name)
+			w.DeleteAuth(UserKeyPrefix + name)
 		}
 	}
 	for name, r := range st.roles {
@@ -214,12 +217,12 @@ func (s *Store) publish(w Writer, old, st *state, bump bool) error {
 			if err != nil {
 				return err
 			}
-			w.PutAuth(roleKeyPrefix+name, b)
+			w.PutAuth(RoleKeyPrefix+name, b)
 		}
 	}
 	for name := range old.roles {
 		if _, ok := st.roles[name]; !ok {
-			w.DeleteAuth(roleKeyPrefix + name)
+			w.DeleteAuth(RoleKeyPrefix + name)
 		}
 	}
 	s.cur.Store(st)

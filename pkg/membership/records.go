@@ -58,5 +58,11 @@ func (l *Loader) Add(key string, value []byte) error {
 // Empty reports whether no record was read.
 func (l *Loader) Empty() bool { return len(l.members) == 0 && len(l.removed) == 0 }
 
+// Members are the member records read, in the order read.
+func (l *Loader) Members() []Member { return l.members }
+
+// Removed are the removed IDs read, in the order read.
+func (l *Loader) Removed() []uint64 { return l.removed }
+
 // RestoreInto replaces c's list with the records read.
 func (l *Loader) RestoreInto(c *Cluster) { c.Restore(l.members, l.removed) }

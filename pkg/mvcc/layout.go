@@ -28,11 +28,19 @@ const (
 	markTombstone     = 't'
 )
 
+// Meta bucket keys; exported for the etcd-format converter (pkg/etcddb).
+const (
+	MetaKeyConsistentIndex  = "consistent_index"
+	MetaKeyConsistentTerm   = "consistent_term"
+	MetaKeyScheduledCompact = "scheduledCompactRev"
+	MetaKeyFinishedCompact  = "finishedCompactRev"
+)
+
 var (
-	metaConsistentIndex  = []byte("consistent_index")
-	metaConsistentTerm   = []byte("consistent_term")
-	metaScheduledCompact = []byte("scheduledCompactRev")
-	metaFinishedCompact  = []byte("finishedCompactRev")
+	metaConsistentIndex  = []byte(MetaKeyConsistentIndex)
+	metaConsistentTerm   = []byte(MetaKeyConsistentTerm)
+	metaScheduledCompact = []byte(MetaKeyScheduledCompact)
+	metaFinishedCompact  = []byte(MetaKeyFinishedCompact)
 )
 
 // revToBytes encodes rev as a Key bucket key, with the tombstone mark if tomb.
