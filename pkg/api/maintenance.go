@@ -2,13 +2,10 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"io"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -87,49 +84,4 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 		hashRev = r.Revision
 	}
 	return &pb.HashKVResponse{Header: s.header(rev), Hash: h, CompactRevision: compactRev, HashRevision: hashRev}, nil
-}
-
-// Snapshot streams a consistent copy of the backend in chunks, then its
-// sha256 as a last blob, as etcd does (etcdctl checks the checksum is there).
-func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	s := m.s
-	// The backend lags the store by the write-back buffer: commit it first
-	// so the snapshot holds every acknowledged write.
-	if err := s.Store.Flush(); err != nil {
-		return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
-	}
-	be := s.Store.Backend()
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := be.Snapshot(pw)
-		pw.CloseWithError(err)
-	}()
-	defer pr.Close()
-	// The size is an estimate (the engine's size before the copy started);
-	// clients only use remaining_bytes for progress.
-	total := uint64(max(be.Size(), 0))
-	var sent uint64
-	h := sha256.New()
-	buf := make([]byte, 32*1024)
-	for {
-		n, err := io.ReadFull(pr, buf)
-		if n > 0 {
-			h.Write(buf[:n])
-			sent += uint64(n)
-			resp := &pb.SnapshotResponse{
-				RemainingBytes: total - min(sent, total),
-				Blob:           append([]byte(nil), buf[:n]...),
-				Version:        storageVersion,
-			}
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return stream.Send(&pb.SnapshotResponse{RemainingBytes: 0, Blob: h.Sum(nil), Version: storageVersion})
-		}
-		if err != nil {
-			return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
-		}
-	}
 }

@@ -74,6 +74,9 @@ type Config struct {
 	// in that check; 0 is etcd's HealthInterval, negative counts a peer
 	// as soon as its stream is up (tests).
 	HealthInterval time.Duration
+	// SnapshotDir holds the etcd-format file Maintenance.Snapshot builds
+	// while it streams it (removed afterwards); "" is the OS's temp dir.
+	SnapshotDir string
 }
 
 // Deps are the member's parts the API talks to.

@@ -6,6 +6,7 @@
 package membership
 
 import (
+	"cmp"
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/json"
@@ -359,3 +360,19 @@ func (c *Cluster) restoreLocked(members []Member, removed []uint64) {
 // HexID is a member or cluster ID as etcd writes it in logs, metrics and
 // etcdctl output: lowercase hexadecimal without leading zeros.
 func HexID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// Initial derives the members and cluster ID of a new cluster from
+// initial-cluster (member name -> peer URLs) and the cluster token, exactly
+// as etcd does. Members have no client URLs yet: every member bootstraps
+// the same entries, and each publishes its own attributes later. They are
+// sorted by ID.
+func Initial(cluster map[string][]string, token string) (members []Member, clusterID uint64) {
+	ids := make([]uint64, 0, len(cluster))
+	for name, peers := range cluster {
+		id := MemberID(peers, token, nil)
+		members = append(members, Member{ID: id, Name: name, PeerURLs: peers})
+		ids = append(ids, id)
+	}
+	slices.SortFunc(members, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return members, ClusterID(ids)
+}

@@ -76,6 +76,9 @@ func (m *Meter) Done() {
 		return
 	}
 	m.closed = true
+	// Done, the total is what was done: estimates made up front (a file's
+	// size for the records in it) need not come out exact.
+	m.total = m.done
 	m.report(m.now(), true)
 }
 
@@ -105,7 +108,7 @@ func (m *Meter) report(now time.Time, final bool) {
 		b.WriteString("[" + strings.Repeat("=", filled) + strings.Repeat(" ", width-filled) + "] ")
 	}
 	b.WriteString(Bytes(m.done))
-	if m.total > 0 {
+	if m.total > 0 && !final {
 		fmt.Fprintf(&b, " of %s (%d%%)", Bytes(m.total), min(m.done, m.total)*100/m.total)
 	}
 	fmt.Fprintf(&b, ", %s/s", Bytes(int64(rate)))

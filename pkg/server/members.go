@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,24 +50,20 @@ func configuredMembers(c *config.Config) (members []membership.Member, clusterID
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("initial-cluster: %w", err)
 	}
-	// No client URLs: every member bootstraps the same entries, and each
-	// publishes its own attributes through raft afterwards.
-	var ids []uint64
-	for name, urls := range cluster {
-		peers := urlStrings(urls)
-		id := membership.MemberID(peers, c.InitialClusterToken, nil)
-		m := membership.Member{ID: id, Name: name, PeerURLs: peers}
-		if name == c.Name {
-			self = id
+	urls := make(map[string][]string, len(cluster))
+	for name, us := range cluster {
+		urls[name] = urlStrings(us)
+	}
+	members, clusterID = membership.Initial(urls, c.InitialClusterToken)
+	for _, m := range members {
+		if m.Name == c.Name {
+			self = m.ID
 		}
-		members = append(members, m)
-		ids = append(ids, id)
 	}
 	if self == 0 {
 		return nil, 0, 0, fmt.Errorf("initial-cluster: member %q is not in it", c.Name)
 	}
-	slices.SortFunc(members, func(a, b membership.Member) int { return cmp.Compare(a.ID, b.ID) })
-	return members, membership.ClusterID(ids), self, nil
+	return members, clusterID, self, nil
 }
 
 // joinInfo is what a member answers a joining member (transport Members).

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -236,6 +238,13 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 	if err != nil {
 		return nil, err
 	}
+	// Files of snapshots that were being sent when the member stopped.
+	leftovers, _ := filepath.Glob(filepath.Join(c.MemberDir(), api.SnapshotFilePattern))
+	for _, p := range leftovers {
+		if err := os.Remove(p); err != nil {
+			return nil, fmt.Errorf("remove leftover snapshot file: %w", err)
+		}
+	}
 	s := api.New(api.Config{
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
@@ -250,6 +259,7 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 
 		StrictReconfigCheck: c.StrictReconfigCheck,
 		HealthInterval:      healthInterval,
+		SnapshotDir:         c.MemberDir(),
 	}, api.Deps{Raft: n, Store: st, Registry: reg, Applied: ap, Cluster: cl, PeerActiveSince: ptr.ActiveSince, Tracer: tr, Logger: lg, Leases: lm, WatchHub: hub, Auth: az, Plugins: plugins, Alarms: as, Quota: q,
 		LeaderCreds: clientTLS.DialCredentials, SlowReads: mt.slowApplies, SlowReadIndexes: mt.slowReadIndexes})
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { s.Close(); return nil }})
