@@ -241,6 +241,11 @@ func (be *Backend) swapInCopy() (_ *store, st defragStats, err error) {
 	if err != nil {
 		return nil, st, fmt.Errorf("defrag: copy %s to %s: %w", old.dir, dir, err)
 	}
+	// Flush the copy now, so that the sync under writeMu below writes only
+	// what the last replay adds.
+	if err := db.Sync(); err != nil {
+		return nil, st, fmt.Errorf("defrag: sync %s: %w", dir, err)
+	}
 	st.copy = time.Since(t0)
 	if err := hook("replay"); err != nil {
 		return nil, st, err

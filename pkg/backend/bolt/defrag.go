@@ -211,6 +211,11 @@ func (be *Backend) defrag() (st defragStats, err error) {
 	if err != nil {
 		return st, fmt.Errorf("defrag: copy %s: %w", be.path, err)
 	}
+	// Flush the copy now, so that the fsync under writeMu below writes
+	// only what the last replay adds.
+	if err := tmp.Sync(); err != nil {
+		return st, fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
+	}
 	st.copy = time.Since(t0)
 	if err := hook("replay"); err != nil {
 		return st, err
@@ -270,7 +275,11 @@ func (be *Backend) defrag() (st defragStats, err error) {
 }
 
 // copyTx copies every bucket of src into the empty dst, committing every
-// txBytes of keys and values, with full pages (keys arrive in order).
+// txBytes of keys and values, with full pages (keys arrive in order). dst
+// commits without fsync; it is synced after each commit all the same, so
+// that the kernel does not pile up the whole copy as dirty pages for the
+// live file's next fsync to wait behind (ext4's ordered mode flushes them
+// together), which made writers' latency jump during the copy.
 func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64) (err error) {
 	tx, err := dst.Begin(true)
 	if err != nil {
@@ -295,6 +304,9 @@ func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64) (err error) {
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if size += int64(len(k) + len(v)); size > txBytes {
 				if err := tx.Commit(); err != nil {
+					return err
+				}
+				if err := dst.Sync(); err != nil {
 					return err
 				}
 				if tx, err = dst.Begin(true); err != nil {
