@@ -39,6 +39,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "snapshot" {
 		return runSnapshot(args[1:], os.Stdout, os.Stderr)
 	}
+	if len(args) > 0 && args[0] == "migrate" {
+		return runMigrate(args[1:], os.Stdout, os.Stderr)
+	}
 	cfg, err := config.Parse(args)
 	switch {
 	case errors.Is(err, config.ErrVersion):

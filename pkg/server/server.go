@@ -36,6 +36,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
+	"github.com/kvd-dev/kvd/pkg/migrate"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/pluginhost"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
@@ -105,6 +106,11 @@ func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer,
 
 // newBackend opens the backend once the identity check passed.
 func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, error) {
+	// An interrupted kvd migrate leaves its copy or the old engine's
+	// backend beside the live one (pkg/migrate/recover.go).
+	if err := migrate.Recover(c.SnapDir(), lg); err != nil {
+		return nil, err
+	}
 	// A crash while a leader's snapshot was installed leaves the old
 	// backend aside (install.go).
 	if err := recoverBackendDir(c.BackendDir()); err != nil {
