@@ -24,10 +24,14 @@ import (
 
 func newConfig(t *testing.T, dataDir string) *config.Config {
 	t.Helper()
-	c := config.Default()
 	if dataDir == "" {
 		dataDir = filepath.Join(t.TempDir(), "data")
 	}
+	return newConfigDir(dataDir)
+}
+
+func newConfigDir(dataDir string) *config.Config {
+	c := config.Default()
 	c.DataDir = dataDir
 	return c
 }
