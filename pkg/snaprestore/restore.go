@@ -301,6 +301,7 @@ func load(cfg Config, sc *config.Config, dbPath string, members []membership.Mem
 	if err != nil {
 		return imported{}, err
 	}
+	// Closes the first backend on the error paths; Close twice is harmless.
 	defer be.Close()
 	meter := meterFor(cfg.Progress, "restore into "+cfg.Engine, size)
 	imp, err := etcddb.Import(db, be, etcddb.ImportOptions{BatchBytes: batchBytes(cfg.Engine), Progress: meter.Add})
@@ -327,9 +328,11 @@ func load(cfg Config, sc *config.Config, dbPath string, members []membership.Mem
 			return err
 		}
 		if cfg.RevisionBump > 0 {
-			// etcdutl also writes an empty record at the new revision; kvd
-			// takes its revision from the compaction mark, which the
-			// compaction resumed at start then completes.
+			// etcdutl also writes an empty record at the new revision,
+			// which etcd then indexes as a revision of the empty key (and
+			// counts in HashKV). kvd takes its revision from the
+			// compaction mark alone, which the compaction resumed at start
+			// completes: no record that is not a KeyValue.
 			res.rev += int64(cfg.RevisionBump)
 			mark := binary.BigEndian.AppendUint64(nil, uint64(res.rev))
 			mark = append(mark, '_')
@@ -357,10 +360,10 @@ func load(cfg Config, sc *config.Config, dbPath string, members []membership.Mem
 	}
 	st, err := mvcc.Open(be, cfg.Logger)
 	if err != nil {
-		return imported{}, fmt.Errorf("snapshot %s: restored data does not open: %w", cfg.SnapshotPath, err)
+		return imported{}, errors.Join(fmt.Errorf("snapshot %s: restored data does not open: %w", cfg.SnapshotPath, err), be.Close())
 	}
 	res.rev = st.Rev()
-	return res, st.Close()
+	return res, errors.Join(st.Close(), be.Close())
 }
 
 // batchBytes sizes the updates of the import for each engine: bolt copies
