@@ -122,7 +122,8 @@ var (
 // Run migrates the data dir of o.Config to o.To. It holds the data dir's
 // lock (datadir.Acquire) while it runs, so it fails with datadir.ErrInUse
 // when a member runs on it. On error the source backend is the member's,
-// untouched, and no partial target is left.
+// untouched, and no partial target is left; the one exception returns a
+// Result with the error: the switch was done but its fsync failed.
 func Run(o Options) (res *Result, err error) {
 	start := time.Now()
 	c := o.Config
@@ -290,10 +291,13 @@ func Run(o Options) (res *Result, err error) {
 	if err := step("aside"); err != nil {
 		return nil, err
 	}
-	if err := renameSync(tmp, dst); err != nil {
+	if err := os.Rename(tmp, dst); err != nil {
 		return nil, err
 	}
-	switched = true
+	switched = true // the commit point, whether or not the fsync below works
+	if err := fsutil.SyncDir(snap); err != nil {
+		return res, fmt.Errorf("the data dir uses %s now, but making that durable failed (after a power cut it may be back on %s): %w", to, from, err)
+	}
 	if err := step("switched"); err != nil {
 		return nil, err
 	}
