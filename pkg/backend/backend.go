@@ -103,6 +103,17 @@ type Backend interface {
 	Close() error
 }
 
+// BulkLoader is an engine's fast way to fill an empty backend (a restore,
+// a migration): fn calls put for every record, best in ascending key order
+// within each bucket (the engine lays them out for that; any order is
+// still correct), buckets in any order. The engine may commit in
+// several steps as it goes, with the cheapest layout for ordered input, and
+// without fsync: nothing is durable before Sync, and a failed load leaves a
+// backend to throw away. Not for a backend in use.
+type BulkLoader interface {
+	BulkLoad(fn func(put func(b Bucket, key, value []byte) error) error) error
+}
+
 // ReadTx is a consistent read-only view, used by one goroutine at a time.
 // Callers must not modify returned byte slices, and must copy the ones they
 // keep longer than stated.

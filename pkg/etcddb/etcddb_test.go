@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/authpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
@@ -37,7 +37,17 @@ type engine struct {
 	open func(t *testing.T, dir string) backend.Backend
 }
 
+// plainBackend hides an engine's BulkLoad: Import then uses Updates.
+type plainBackend struct{ backend.Backend }
+
 var engines = []engine{
+	{"bolt-updates", func(t *testing.T, dir string) backend.Backend {
+		be, err := kbolt.Open(backend.Options{Dir: dir}, kbolt.Options{InitialMmapSize: 1 << 20, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plainBackend{be}
+	}},
 	{"bolt", func(t *testing.T, dir string) backend.Backend {
 		be, err := kbolt.Open(backend.Options{Dir: dir}, kbolt.Options{InitialMmapSize: 1 << 20, NoSync: true})
 		if err != nil {
@@ -341,5 +351,49 @@ func TestCopyVerifiedRefusesDamage(t *testing.T) {
 	}
 	if err := kbolt.CheckFile(dst); err == nil {
 		t.Error("CheckFile accepted a truncated file")
+	}
+}
+
+// TestImportRefusesBadRecords: records kvd could not open fail the import,
+// naming the record, whatever the engine.
+func TestImportRefusesBadRecords(t *testing.T) {
+	rev := append(binary.BigEndian.AppendUint64(nil, 2), '_', 0, 0, 0, 0, 0, 0, 0, 0)
+	for _, c := range []struct {
+		name         string
+		bucket, k, v string
+		want         string
+	}{
+		{"garbage-kv", bucketKey, string(rev), "\xff\xff\xff", "revision"},
+		{"kv-without-key", bucketKey, string(rev), "\x10\x02", "without a key"},
+		{"short-revision", bucketKey, "\x00\x01", "\n\x01a", "bad revision key"},
+		{"lease-key", bucketLease, "abc", "", "bad lease key"},
+		{"member-id", bucketMembers, "zz", `{"id":1}`, "member key"},
+		{"member-json", bucketMembers, "1", `{"id":`, "member"},
+		{"user", bucketAuthUsers, "u1", "\xff", "auth user"},
+		{"compact-mark", bucketMeta, mvcc.MetaKeyFinishedCompact, "x", "bad revision"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "db")
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.Update(func(tx *bolt.Tx) error {
+				for _, b := range []string{bucketKey, bucketMeta, c.bucket} {
+					if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
+						return err
+					}
+				}
+				return tx.Bucket([]byte(c.bucket)).Put([]byte(c.k), []byte(c.v))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			be := engines[1].open(t, t.TempDir())
+			defer be.Close()
+			if _, err := Import(db, be, ImportOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want %q", err, c.want)
+			}
+		})
 	}
 }

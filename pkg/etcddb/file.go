@@ -76,3 +76,46 @@ func CopyVerified(src, dst string, skipHashCheck bool, counted func(io.Reader) i
 	}
 	return nil
 }
+
+// VerifyHash checks the sha256 trailer of the snapshot file at path as
+// CopyVerified does, reading it once, and returns the size of the bolt file
+// before the trailer. Bolt reads a file with the trailer as it is, so a
+// reader need not copy it.
+func VerifyHash(path string, skipHashCheck bool, counted func(io.Reader) io.Reader) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	if !HasHash(size) {
+		if !skipHashCheck {
+			return 0, ErrNoHash
+		}
+		return size, nil
+	}
+	dbSize := size - sha256.Size
+	if skipHashCheck {
+		return dbSize, nil
+	}
+	var r io.Reader = io.LimitReader(f, dbSize)
+	if counted != nil {
+		r = counted(r)
+	}
+	h := sha256.New()
+	if n, err := io.CopyBuffer(h, r, make([]byte, 1<<20)); err != nil || n != dbSize {
+		return 0, fmt.Errorf("read %s: %d of %d bytes (%v)", path, n, dbSize, err)
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(f, want); err != nil {
+		return 0, fmt.Errorf("read the sha256 of %s: %w", path, err)
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, want) {
+		return 0, fmt.Errorf("snapshot %s: expected sha256 %x, got %x: the file is damaged (or pass --skip-hash-check)", path, want, got)
+	}
+	return dbSize, nil
+}

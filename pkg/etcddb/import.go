@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"go.etcd.io/etcd/api/v3/authpb"
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/authpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/authz"
@@ -22,6 +22,9 @@ type Imported struct {
 	// revision among them (0 when there is none).
 	Revisions int
 	Revision  int64
+	// CompactRevision is the file's newest compaction mark (scheduled or
+	// finished), 0 when there is none.
+	CompactRevision int64
 	// ConsistentIndex and Term are the file's meta/consistent_index and
 	// meta/term.
 	ConsistentIndex, Term uint64
@@ -54,23 +57,84 @@ func Import(db *bolt.DB, be backend.Backend, opts ImportOptions) (Imported, erro
 		opts.BatchBytes = 4 << 20
 	}
 	var res Imported
-	err := db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket([]byte(bucketKey)) == nil || tx.Bucket([]byte(bucketMeta)) == nil {
-			return fmt.Errorf("not an etcd backend: no %q or %q bucket", bucketKey, bucketMeta)
-		}
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			tr, ok := translators[string(name)]
-			if !ok {
-				res.Skipped = append(res.Skipped, string(name))
-				return nil
+	load := func(put func(b backend.Bucket, k, v []byte) error) error {
+		return db.View(func(tx *bolt.Tx) (err error) {
+			// Check the file first (bolt.CheckReadable); should a damaged
+			// page still get past that, bolt panics here, on this goroutine.
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("damaged bolt file: %v", p)
+				}
+			}()
+			if tx.Bucket([]byte(bucketKey)) == nil || tx.Bucket([]byte(bucketMeta)) == nil {
+				return fmt.Errorf("not an etcd backend: no %q or %q bucket", bucketKey, bucketMeta)
 			}
-			return copyBucket(b, be, opts, func(k, v []byte) (record, error) { return tr(&res, &opts, k, v) })
+			return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+				tr, ok := translators[string(name)]
+				if !ok {
+					res.Skipped = append(res.Skipped, string(name))
+					return nil
+				}
+				return b.ForEach(func(k, v []byte) error {
+					if v == nil && b.Bucket(k) != nil {
+						return fmt.Errorf("bucket %s: nested bucket %q", name, k)
+					}
+					r, err := tr(&res, &opts, k, v)
+					if err != nil {
+						return fmt.Errorf("bucket %s: %w", name, err)
+					}
+					if r.bucket == "" {
+						return nil
+					}
+					if opts.Progress != nil {
+						opts.Progress(int64(len(k) + len(v)))
+					}
+					return put(r.bucket, r.key, r.value)
+				})
+			})
 		})
-	})
+	}
+	var err error
+	if bl, ok := be.(backend.BulkLoader); ok {
+		err = bl.BulkLoad(load)
+	} else {
+		err = updateInBatches(be, opts.BatchBytes, load)
+	}
 	if err != nil {
 		return res, fmt.Errorf("import etcd db: %w", err)
 	}
 	return res, nil
+}
+
+// updateInBatches loads what load puts with Updates of about batchBytes.
+// The slices put must stay valid until load returns (bolt's do, for the
+// read transaction).
+func updateInBatches(be backend.Backend, batchBytes int, load func(put func(b backend.Bucket, k, v []byte) error) error) error {
+	var batch []record
+	n := 0
+	flush := func() error {
+		err := be.Update(func(w backend.WriteTx) error {
+			for _, r := range batch {
+				if err := w.Put(r.bucket, r.key, r.value); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		batch, n = batch[:0], 0
+		return err
+	}
+	err := load(func(b backend.Bucket, k, v []byte) error {
+		batch = append(batch, record{b, k, v})
+		if n += len(k) + len(v); n >= batchBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil && len(batch) > 0 {
+		err = flush()
+	}
+	return err
 }
 
 // record is one kvd record to write; a zero bucket writes nothing.
@@ -86,6 +150,11 @@ var translators = map[string]translator{
 	bucketKey: func(res *Imported, _ *ImportOptions, k, v []byte) (record, error) {
 		if len(k) != 17 && !(len(k) == 18 && k[17] == 't') || k[8] != '_' {
 			return record{}, fmt.Errorf("bad revision key %x", k)
+		}
+		// kvd decodes every record when it opens the store: a record that
+		// is not a KeyValue fails the import, not the member's start.
+		if err := mvcc.CheckKV(v); err != nil {
+			return record{}, fmt.Errorf("revision %x: %w", k, err)
 		}
 		res.Revisions++
 		res.Revision = max(res.Revision, int64(binary.BigEndian.Uint64(k)))
@@ -111,6 +180,10 @@ var translators = map[string]translator{
 			res.Term = n
 			return record{backend.Meta, []byte(mvcc.MetaKeyConsistentTerm), v}, err
 		case mvcc.MetaKeyScheduledCompact, mvcc.MetaKeyFinishedCompact:
+			if len(v) != 17 || v[8] != '_' {
+				return record{}, fmt.Errorf("meta %s: bad revision %x", k, v)
+			}
+			res.CompactRevision = max(res.CompactRevision, int64(binary.BigEndian.Uint64(v)))
 			return record{backend.Meta, k, v}, nil
 		}
 		return record{}, nil // confState, storageVersion: kvd derives them
@@ -179,40 +252,4 @@ func uint64Of(k, v []byte) (uint64, error) {
 		return 0, fmt.Errorf("%s: %d bytes, want 8", k, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
-}
-
-// copyBucket writes the translation of every record of b into be, in
-// updates of opts.BatchBytes.
-func copyBucket(b *bolt.Bucket, be backend.Backend, opts ImportOptions, tr func(k, v []byte) (record, error)) error {
-	c := b.Cursor()
-	k, v := c.First()
-	for k != nil {
-		err := be.Update(func(w backend.WriteTx) error {
-			n := 0
-			for ; k != nil && n < opts.BatchBytes; k, v = c.Next() {
-				if v == nil && b.Bucket(k) != nil {
-					return fmt.Errorf("nested bucket %q", k)
-				}
-				r, err := tr(k, v)
-				if err != nil {
-					return err
-				}
-				if r.bucket == "" {
-					continue
-				}
-				if err := w.Put(r.bucket, r.key, r.value); err != nil {
-					return err
-				}
-				n += len(r.key) + len(r.value)
-				if opts.Progress != nil {
-					opts.Progress(int64(len(k) + len(v)))
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

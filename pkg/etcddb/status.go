@@ -8,8 +8,8 @@ import (
 	"hash/crc32"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -108,3 +108,29 @@ func unmarshalKV(b []byte, kv *mvccpb.KeyValue) error {
 	}
 	return nil
 }
+
+// CheckKV reports whether b is a KeyValue the store can open: well-formed
+// protobuf (what unmarshalKV accepts) with a key. It allocates nothing;
+// importers of foreign data (pkg/etcddb) call it for every record.
+func CheckKV(b []byte) error {
+	hasKey := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("decode key value: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == fieldKey && typ == protowire.BytesType {
+			k, _ := protowire.ConsumeBytes(b)
+			hasKey = len(k) > 0
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return fmt.Errorf("decode key value field %d: %w", num, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	if !hasKey {
+		return fmt.Errorf("key value without a key")
+	}
+	return nil
+}

@@ -154,22 +154,18 @@ func Restore(cfg Config) (res Result, err error) {
 	}
 
 	// The file's db, hash checked, then page checked before bolt opens it.
-	dbCopy := filepath.Join(sc.MemberDir(), "restore-source.db")
 	fi, _ := os.Stat(cfg.SnapshotPath)
 	meter := meterFor(cfg.Progress, "check "+filepath.Base(cfg.SnapshotPath), fi.Size())
-	err = etcddb.CopyVerified(cfg.SnapshotPath, dbCopy, cfg.SkipHashCheck, meter.Reader)
+	_, err = etcddb.VerifyHash(cfg.SnapshotPath, cfg.SkipHashCheck, meter.Reader)
 	meter.Done()
 	if err != nil {
 		return res, err
 	}
-	if err := kbolt.CheckFile(dbCopy); err != nil {
+	if err := kbolt.CheckReadable(cfg.SnapshotPath); err != nil {
 		return res, fmt.Errorf("snapshot %s is not a sound bolt file: %w", cfg.SnapshotPath, err)
 	}
-	imp, err := load(cfg, &sc, dbCopy, members)
+	imp, err := load(cfg, &sc, cfg.SnapshotPath, members)
 	if err != nil {
-		return res, err
-	}
-	if err := os.Remove(dbCopy); err != nil {
 		return res, err
 	}
 	if err := writeWAL(sc.WALPath(), members, cfg.Logger); err != nil {
@@ -309,7 +305,7 @@ func load(cfg Config, sc *config.Config, dbPath string, members []membership.Mem
 	if err != nil {
 		return imported{}, fmt.Errorf("snapshot %s: %w", cfg.SnapshotPath, err)
 	}
-	res := imported{Imported: imp, rev: max(imp.Revision, 1)}
+	res := imported{Imported: imp, rev: max(imp.Revision, imp.CompactRevision, 1)}
 	err = be.Update(func(w backend.WriteTx) error {
 		for _, m := range members {
 			if err := w.Put(backend.Members, []byte(membership.MemberKey(m.ID)), m.Marshal()); err != nil {
@@ -349,21 +345,7 @@ func load(cfg Config, sc *config.Config, dbPath string, members []membership.Mem
 	if err := be.Sync(); err != nil {
 		return imported{}, err
 	}
-	if err := be.Close(); err != nil {
-		return imported{}, err
-	}
-	// Open it as kvd will: a record kvd cannot read fails here, not at the
-	// first start.
-	be, err = engine.Open(&ec, cfg.Engine, sc.BackendDir(), cfg.Logger)
-	if err != nil {
-		return imported{}, err
-	}
-	st, err := mvcc.Open(be, cfg.Logger)
-	if err != nil {
-		return imported{}, errors.Join(fmt.Errorf("snapshot %s: restored data does not open: %w", cfg.SnapshotPath, err), be.Close())
-	}
-	res.rev = st.Rev()
-	return res, errors.Join(st.Close(), be.Close())
+	return res, be.Close()
 }
 
 // batchBytes sizes the updates of the import for each engine: bolt copies

@@ -12,3 +12,15 @@ func CheckFile(path string) error {
 	}
 	return checkFile(path, bo)
 }
+
+// CheckReadable is the part of CheckFile a reader needs: the extent and
+// the page tree of the meta page bolt will use (every element inside its
+// page, children below the high-water mark, keys in order), without bolt's
+// own consistency check of the freelist, which walks the whole file again.
+// Tools that only read the file (an import) call it.
+func CheckReadable(path string) error {
+	if err := checkExtent(path); err != nil {
+		return err
+	}
+	return checkPages(path)
+}
