@@ -57,6 +57,7 @@ var (
 	kvdFailpointBuild buildResult
 	etcdBuild         buildResult
 	etcdctlBuild      buildResult
+	etcdutlBuild      buildResult
 )
 
 // e2eDir is the directory of the e2e module, found from this source file so
@@ -166,6 +167,16 @@ func EtcdctlBinary(t testing.TB) string {
 	p, err := cachedReference(&etcdctlBuild, "etcdctl", "go.etcd.io/etcd/etcdctl/v3")
 	if err != nil {
 		t.Fatalf("build etcdctl: %v", err)
+	}
+	return p
+}
+
+// EtcdutlBinary returns the path of the unmodified etcdutl v3.7.3 binary.
+func EtcdutlBinary(t testing.TB) string {
+	t.Helper()
+	p, err := cachedReference(&etcdutlBuild, "etcdutl", "go.etcd.io/etcd/etcdutl/v3")
+	if err != nil {
+		t.Fatalf("build etcdutl: %v", err)
 	}
 	return p
 }
