@@ -99,15 +99,21 @@ func (c *countWriter) record(p []byte) {
 // ErrBadDump is wrapped by Load's errors about the stream itself.
 var ErrBadDump = errors.New("backend: bad dump")
 
-// Load writes the records of a dump into be, which should be empty, in
-// updates of about batchBytes. Meta goes in the last update, committed only
-// after the stream's checksum is verified: a damaged or cut stream leaves at
-// most data without a consistent index.
+// Load writes the records of a dump into be, which should be empty: with
+// the engine's BulkLoad if it has one, else in updates of about batchBytes.
+// Meta goes last, written only after the stream's checksum is verified: a
+// damaged or cut stream leaves at most data without a consistent index.
 func Load(be Backend, r io.Reader, batchBytes int) error {
 	hr := &hashReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
 	magic := make([]byte, len(dumpMagic))
 	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, dumpMagic) {
 		return fmt.Errorf("load dump: %w: no dump header", ErrBadDump)
+	}
+	if bl, ok := be.(BulkLoader); ok {
+		if err := bl.BulkLoad(func(put func(b Bucket, k, v []byte) error) error { return hr.records(put) }); err != nil {
+			return fmt.Errorf("load dump: %w", err)
+		}
+		return nil
 	}
 	type kv struct {
 		b    Bucket
@@ -116,7 +122,6 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 	var (
 		batch []kv
 		size  int
-		meta  []kv
 	)
 	commit := func() error {
 		if len(batch) == 0 {
@@ -131,11 +136,33 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 			return nil
 		})
 		batch, size = batch[:0], 0
-		if err != nil {
-			return fmt.Errorf("load dump: %w", err)
+		return err
+	}
+	err := hr.records(func(b Bucket, k, v []byte) error {
+		batch = append(batch, kv{b, k, v})
+		if size += len(b) + len(k) + len(v) + 16; size >= batchBytes {
+			return commit()
 		}
 		return nil
+	})
+	if err == nil {
+		err = commit()
 	}
+	if err != nil && !errors.Is(err, ErrBadDump) {
+		err = fmt.Errorf("load dump: %w", err)
+	}
+	return err
+}
+
+// records calls put for every record of the dump after the header, and for
+// the Meta records last, once the checksum is verified. The slices put gets
+// are its own.
+func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
+	type kv struct {
+		b    Bucket
+		k, v []byte
+	}
+	var meta []kv
 	for {
 		b, err := hr.record()
 		if err != nil {
@@ -167,12 +194,8 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 			meta = append(meta, kv{bucket, k, v})
 			continue
 		}
-		batch = append(batch, kv{bucket, k, v})
-		size += len(b) + len(k) + len(v) + 16
-		if size >= batchBytes {
-			if err := commit(); err != nil {
-				return err
-			}
+		if err := put(bucket, k, v); err != nil {
+			return err
 		}
 	}
 	want := hr.h.Sum(nil)
@@ -183,8 +206,12 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 	if !bytes.Equal(got, want) {
 		return fmt.Errorf("load dump: %w: checksum mismatch", ErrBadDump)
 	}
-	batch = append(batch, meta...)
-	return commit()
+	for _, e := range meta {
+		if err := put(e.b, e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hashReader hashes exactly the bytes consumed.

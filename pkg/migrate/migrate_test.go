@@ -492,7 +492,7 @@ func TestDiskFull(t *testing.T) {
 				return nil
 			})
 			mnt := t.TempDir()
-			limit := size + 256<<10
+			limit := size + 32<<10
 			if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, fmt.Sprintf("size=%d", limit)); err != nil {
 				t.Skipf("mount a tmpfs (needs root): %v", err)
 			}
