@@ -187,8 +187,13 @@ func Parse(args []string) (*Config, error) {
 func Usage(w io.Writer) {
 	fs := newFlagSet(defaults(), &cli{})
 	fs.SetOutput(w)
-	fmt.Fprintf(w, "Usage: kvd [--config FILE] [flags]\n       kvd plugins check --config FILE\n\n"+
+	fmt.Fprintf(w, "Usage: kvd [--config FILE] [flags]\n"+
+		"       kvd plugins check --config FILE\n"+
+		"       kvd snapshot status FILE [-w simple|table|json|fields]\n"+
+		"       kvd snapshot restore FILE --data-dir DIR [etcdutl's restore flags] [--backend bolt|badger]\n"+
+		"       kvd migrate --data-dir DIR --to bolt|badger [--config FILE]\n\n"+
 		"Flags given on the command line override the keys of the config file.\n"+
-		"kvd plugins check starts the config's auth-plugins, checks their handshake and health, and stops them.\n\n")
+		"kvd plugins check starts the config's auth-plugins, checks their handshake and health, and stops them.\n"+
+		"kvd snapshot and kvd migrate are the offline tools (see docs/data.md); each has --help.\n\n")
 	fs.PrintDefaults()
 }
