@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/progress"
 )
 
 // Names are the engines kvd has, as backend.engine spells them.
@@ -81,4 +83,42 @@ func Present(snapDir string) ([]string, error) {
 		}
 	}
 	return found, nil
+}
+
+// ErrNoSpace is returned (wrapped) when a disk has too little free space
+// for a load, or filled during one.
+var ErrNoSpace = errors.New("not enough disk space")
+
+// CheckLoadSpace refuses to load dataBytes of records into a new engine
+// name in dir when the disk cannot hold them and that engine would not fail
+// cleanly. Bolt reports a full disk as a write error, which the loader
+// turns into a clean failure, so for it there is nothing to check. Badger
+// writes its memtable log through a memory map, where a full disk is a
+// SIGBUS that kills the process: it needs room for the data and for the
+// memtables the load fills on the way (two at most, each about 100/15 of
+// the 24 MiB update limit Open sets, or backend.badger.mem-table-size).
+func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
+	if name != "badger" {
+		return nil
+	}
+	free, ok := FreeBytes(dir)
+	if !ok {
+		return nil
+	}
+	memtable := max(int64(24<<20)*100/15, c.Backend.Badger.MemTableSize)
+	need := dataBytes + min(dataBytes, 2*memtable) + 16<<20
+	if free < need {
+		return fmt.Errorf("%w: %s has %s free; a badger copy of %s of data needs about %s", ErrNoSpace, dir,
+			progress.Bytes(free), progress.Bytes(dataBytes), progress.Bytes(need))
+	}
+	return nil
+}
+
+// FreeBytes is the space available to kvd on the file system of dir.
+func FreeBytes(dir string) (int64, bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * st.Bsize, true
 }

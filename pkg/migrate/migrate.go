@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
@@ -108,7 +107,7 @@ var (
 	// ErrVerify is returned when the copy does not match the source.
 	ErrVerify = errors.New("the copy does not match the source")
 	// ErrNoSpace is returned (wrapped) when the disk filled during the copy.
-	ErrNoSpace = errors.New("not enough disk space")
+	ErrNoSpace = engine.ErrNoSpace
 )
 
 // Test hooks: openEngine opens backends; step is called at each named step
@@ -489,30 +488,11 @@ func noSpace(err error, snap string, need int64) error {
 // fills on the way (two of them at most, each ~100/15 of the 24 MiB update
 // limit engine.Open sets, or backend.badger.mem-table-size).
 func checkSpace(c *config.Config, to, snap string, inUse int64, w io.Writer) error {
-	free, ok := freeBytes(snap)
-	if !ok {
-		return nil
+	if err := engine.CheckLoadSpace(c, to, snap, inUse); err != nil {
+		return err
 	}
-	need := inUse
-	if to == "badger" {
-		memtable := max(int64(24<<20)*100/15, c.Backend.Badger.MemTableSize)
-		need = inUse + min(inUse, 2*memtable) + 16<<20
-		if free < need {
-			return fmt.Errorf("%w: %s has %s free; a badger copy of the source's %s needs about %s", ErrNoSpace, snap,
-				progress.Bytes(free), progress.Bytes(inUse), progress.Bytes(need))
-		}
-		return nil
-	}
-	if free < need && w != nil {
-		fmt.Fprintf(w, "warning: %s has %s free, the source holds %s: the copy may not fit\n", snap, progress.Bytes(free), progress.Bytes(need))
+	if free, ok := engine.FreeBytes(snap); ok && free < inUse && w != nil {
+		fmt.Fprintf(w, "warning: %s has %s free, the source holds %s: the copy may not fit\n", snap, progress.Bytes(free), progress.Bytes(inUse))
 	}
 	return nil
-}
-
-func freeBytes(dir string) (int64, bool) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, false
-	}
-	return int64(st.Bavail) * st.Bsize, true
 }

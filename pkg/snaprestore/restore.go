@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -164,8 +165,14 @@ func Restore(cfg Config) (res Result, err error) {
 	if err := kbolt.CheckReadable(cfg.SnapshotPath); err != nil {
 		return res, fmt.Errorf("snapshot %s is not a sound bolt file: %w", cfg.SnapshotPath, err)
 	}
+	if err := engine.CheckLoadSpace(&sc, cfg.Engine, filepath.Dir(stage), fi.Size()); err != nil {
+		return res, err
+	}
 	imp, err := load(cfg, &sc, cfg.SnapshotPath, members)
 	if err != nil {
+		if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left on device") {
+			err = fmt.Errorf("%w: %v (the partial data dir is removed)", engine.ErrNoSpace, err)
+		}
 		return res, err
 	}
 	if err := writeWAL(sc.WALPath(), members, cfg.Logger); err != nil {
@@ -324,15 +331,17 @@ func load(cfg Config, sc *config.Config, dbPath string, members []membership.Mem
 			return err
 		}
 		if cfg.RevisionBump > 0 {
-			// etcdutl also writes an empty record at the new revision,
-			// which etcd then indexes as a revision of the empty key (and
-			// counts in HashKV). kvd takes its revision from the
-			// compaction mark alone, which the compaction resumed at start
-			// completes: no record that is not a KeyValue.
+			// As etcdutl: an empty record at the new revision (etcd then
+			// keeps it as the empty key's revision and counts it in HashKV,
+			// see mvcc.CheckKV) and the compaction mark, which the
+			// compaction resumed at start completes.
 			res.rev += int64(cfg.RevisionBump)
 			mark := binary.BigEndian.AppendUint64(nil, uint64(res.rev))
 			mark = append(mark, '_')
 			mark = binary.BigEndian.AppendUint64(mark, 0)
+			if err := w.Put(backend.Key, mark, []byte{}); err != nil {
+				return err
+			}
 			if err := w.Put(backend.Meta, []byte(mvcc.MetaKeyScheduledCompact), mark); err != nil {
 				return err
 			}

@@ -1,6 +1,9 @@
 package snaprestore
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,10 +12,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/datadir"
 	"github.com/kvd-dev/kvd/pkg/engine"
+	"github.com/kvd-dev/kvd/pkg/etcddb"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
@@ -209,4 +214,67 @@ func writeFile(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestRestoreDiskFull restores onto a tmpfs too small for the result (it
+// needs root to mount one): a clear error, and no data dir, whole or
+// partial, is left.
+func TestRestoreDiskFull(t *testing.T) {
+	// A snapshot of ~4 MiB: a kvd backend with 4000 revisions of 1 KiB.
+	src := filepath.Join(t.TempDir(), "src")
+	be, err := engine.Open(config.Default(), "bolt", src, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := mvcc.Open(be, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("v"), 1024)
+	if err := st.Apply(func(b *mvcc.Batch) error {
+		tw := b.Write()
+		for i := range 4000 {
+			tw.Put([]byte(fmt.Sprintf("key%05d", i)), val, 0)
+		}
+		tw.End()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	tx, err := be.ReadTx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = etcddb.Export(tx, snap)
+	tx.Release()
+	st.Close()
+	be.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, eng := range engine.Names {
+		t.Run(eng, func(t *testing.T) {
+			mnt := t.TempDir()
+			if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=2m"); err != nil {
+				t.Skipf("mount a tmpfs (needs root): %v", err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+			cfg := restoreConfig(t, eng)
+			cfg.SnapshotPath, cfg.SkipHashCheck = snap, true
+			cfg.DataDir = filepath.Join(mnt, "n2.kvd")
+			_, err := Restore(cfg)
+			if !errors.Is(err, engine.ErrNoSpace) {
+				t.Fatalf("restore onto a full disk: %v, want ErrNoSpace", err)
+			}
+			t.Log(err)
+			ents, _ := os.ReadDir(mnt)
+			if len(ents) != 0 {
+				t.Errorf("left on the disk: %v", ents)
+			}
+		})
+	}
 }
