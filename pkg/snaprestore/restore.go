@@ -130,11 +130,15 @@ func Restore(cfg Config) (res Result, err error) {
 			}
 		}
 	}
+	walPlaced := false
 	defer func() {
 		if err != nil {
 			os.RemoveAll(stage)
 			if walStage != "" {
 				os.RemoveAll(walStage)
+			}
+			if walPlaced {
+				os.RemoveAll(cfg.WALDir)
 			}
 		}
 	}()
@@ -192,9 +196,13 @@ func Restore(cfg Config) (res Result, err error) {
 		if err := syncTree(walStage); err != nil {
 			return res, err
 		}
+		// A separate wal-dir takes a rename of its own, first: a crash
+		// between the two leaves a wal-dir without its data dir, which a
+		// new restore refuses ("wal-dir exists") until it is removed.
 		if err := rename(walStage, cfg.WALDir); err != nil {
 			return res, err
 		}
+		walPlaced = true
 	}
 	// An empty data dir that exists is replaced; checkEmpty allowed it.
 	if err := os.Remove(cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {

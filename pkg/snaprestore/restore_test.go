@@ -278,3 +278,27 @@ func TestRestoreDiskFull(t *testing.T) {
 		})
 	}
 }
+
+func TestRestoreWALDir(t *testing.T) {
+	cfg := restoreConfig(t, "bolt")
+	cfg.WALDir = filepath.Join(t.TempDir(), "wal")
+	if _, err := Restore(cfg); err != nil {
+		t.Fatal(err)
+	}
+	l, err := raftlog.Open(raftlog.Options{Dir: cfg.WALDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if snap, err := l.Storage().Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 3 {
+		t.Fatalf("wal-dir snapshot %v, %v", snap.GetMetadata(), err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "member", "wal")); !os.IsNotExist(err) {
+		t.Errorf("a WAL in the data dir too: %v", err)
+	}
+	cfg2 := restoreConfig(t, "bolt")
+	cfg2.WALDir = cfg.WALDir
+	if _, err := Restore(cfg2); err == nil || !strings.Contains(err.Error(), "wal-dir") {
+		t.Fatalf("restore onto an existing wal-dir: %v", err)
+	}
+}
