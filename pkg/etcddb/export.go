@@ -21,7 +21,9 @@ import (
 const exportTxBytes = 16 << 20
 
 // Export writes what tx sees as an etcd v3.7 bolt file at path, which must
-// not exist. The file is synced; on error it is removed.
+// not exist. The file is not synced: it is a copy to send (Maintenance.
+// Snapshot streams and removes it), and a copy to keep is synced by whoever
+// keeps it. On error it is removed.
 func Export(tx backend.ReadTx, path string) (err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -69,13 +71,7 @@ func Export(tx backend.ReadTx, path string) (err error) {
 	if err := w.put(bucketCluster, []byte(etcdClusterVersion), []byte(StorageVersion)); err != nil {
 		return err
 	}
-	if err := w.commit(); err != nil {
-		return err
-	}
-	if err := db.Sync(); err != nil {
-		return fmt.Errorf("export: sync %s: %w", path, err)
-	}
-	return nil
+	return w.commit()
 }
 
 func exportMeta(tx backend.ReadTx, w *boltWriter) error {
