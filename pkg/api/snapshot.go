@@ -87,12 +87,7 @@ func (m *maintenanceServer) export() (string, error) {
 	path := f.Name()
 	f.Close()
 	os.Remove(path) // Export creates it exclusively
-	tx, err := m.s.Store.Backend().ReadTx()
-	if err != nil {
-		return "", err
-	}
-	defer tx.Release()
-	if err := etcddb.Export(tx, path); err != nil {
+	if err := etcddb.ExportBackend(m.s.Store.Backend(), path); err != nil {
 		return "", fmt.Errorf("build %s: %w", filepath.Base(path), err)
 	}
 	return path, nil

@@ -1,16 +1,12 @@
 package etcddb
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -102,30 +98,7 @@ func exportMeta(tx backend.ReadTx, w *boltWriter) error {
 	if err = errors.Join(err, werr); err != nil {
 		return fmt.Errorf("export: members: %w", err)
 	}
-	var cs confState
-	for _, m := range ld.Members() {
-		if err := w.put(bucketMembers, []byte(strconv.FormatUint(m.ID, 16)), m.Marshal()); err != nil {
-			return err
-		}
-		if m.IsLearner {
-			cs.Learners = append(cs.Learners, m.ID)
-		} else {
-			cs.Voters = append(cs.Voters, m.ID)
-		}
-	}
-	for _, id := range ld.Removed() {
-		if err := w.put(bucketMembersRemoved, []byte(strconv.FormatUint(id, 16)), removedValue); err != nil {
-			return err
-		}
-	}
-	if len(cs.Voters)+len(cs.Learners) > 0 {
-		b, err := json.Marshal(cs)
-		if err != nil {
-			return err
-		}
-		return w.put(bucketMeta, []byte(etcdMetaConfState), b)
-	}
-	return nil
+	return writeMembers(w, &ld)
 }
 
 // confState is raftpb.ConfState as etcd stores it in meta/confState (the
@@ -141,19 +114,7 @@ type confState struct {
 func exportAuth(tx backend.ReadTx, w *boltWriter) error {
 	var werr error
 	err := tx.Range(backend.Auth, nil, nil, 0, func(k, v []byte) bool {
-		key := string(k)
-		switch {
-		case key == authz.KeyEnabled:
-			werr = w.put(bucketAuth, []byte(etcdAuthEnabled), v)
-		case key == authz.KeyRevision:
-			werr = w.put(bucketAuth, []byte(etcdAuthRevision), v)
-		case strings.HasPrefix(key, authz.UserKeyPrefix):
-			werr = w.put(bucketAuthUsers, []byte(key[len(authz.UserKeyPrefix):]), v)
-		case strings.HasPrefix(key, authz.RoleKeyPrefix):
-			werr = w.put(bucketAuthRoles, []byte(key[len(authz.RoleKeyPrefix):]), v)
-		default:
-			werr = fmt.Errorf("unknown auth record %q", key)
-		}
+		werr = writeAuthRecord(w, k, v)
 		return werr == nil
 	})
 	if err = errors.Join(err, werr); err != nil {
