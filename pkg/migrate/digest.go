@@ -23,8 +23,8 @@ type BucketSum struct {
 }
 
 // digest sums every bucket a view sees. The source's is taken as the copy
-// reads it (digestTx), the target's by a full pass after reopening it; equal
-// digests mean every bucket holds the same keys and values.
+// reads it, the target's by a full pass after reopening it; equal digests
+// mean every bucket holds the same keys and values.
 type digest struct {
 	sums map[backend.Bucket]*bucketHash
 }
@@ -69,33 +69,69 @@ func (d *digest) result() map[backend.Bucket]BucketSum {
 	return out
 }
 
-// digestTx is a read view that digests every record a Range hands out.
-type digestTx struct {
-	backend.ReadTx
-	d *digest
+// scan is what one pass over a backend's read view learns: the digest of
+// every bucket and the store's state (kvHasher).
+type scan struct {
+	d  *digest
+	kv *kvHasher
 }
 
-func (t digestTx) Range(b backend.Bucket, start, end []byte, limit int, fn func(k, v []byte) bool) error {
-	return t.ReadTx.Range(b, start, end, limit, func(k, v []byte) bool {
-		t.d.add(b, k, v)
-		return fn(k, v)
-	})
-}
-
-// digestBackend reads every bucket of be.
-func digestBackend(be backend.Backend) (map[backend.Bucket]BucketSum, error) {
-	tx, err := be.ReadTx()
+// newScan starts a pass over tx (kvHasher may read the Key bucket first).
+func newScan(tx backend.ReadTx) (*scan, error) {
+	kv, err := newKVHasher(tx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Release()
-	d := newDigest()
+	return &scan{d: newDigest(), kv: kv}, nil
+}
+
+// add takes the next record of bucket b, in key order within the bucket.
+func (s *scan) add(b backend.Bucket, k, v []byte) {
+	s.d.add(b, k, v)
+	if b == backend.Key {
+		s.kv.add(k, v)
+	}
+}
+
+// forEach calls fn for every record of tx, bucket by bucket in the order
+// of backend.AllBuckets and in key order within each, and stops at fn's
+// first error.
+func forEach(tx backend.ReadTx, fn func(b backend.Bucket, k, v []byte) error) error {
 	for _, b := range backend.AllBuckets {
-		if err := tx.Range(b, nil, nil, 0, func(k, v []byte) bool { d.add(b, k, v); return true }); err != nil {
-			return nil, fmt.Errorf("read bucket %s: %w", b, err)
+		var ferr error
+		err := tx.Range(b, nil, nil, 0, func(k, v []byte) bool {
+			ferr = fn(b, k, v)
+			return ferr == nil
+		})
+		if err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", b, err)
 		}
 	}
-	return d.result(), nil
+	return nil
+}
+
+// scanBackend reads every bucket of be in one pass.
+func scanBackend(be backend.Backend) (map[backend.Bucket]BucketSum, state, error) {
+	tx, err := be.ReadTx()
+	if err != nil {
+		return nil, state{}, err
+	}
+	defer tx.Release()
+	s, err := newScan(tx)
+	if err != nil {
+		return nil, state{}, err
+	}
+	a := s.async()
+	err = forEach(tx, func(b backend.Bucket, k, v []byte) error { a.add(b, k, v); return nil })
+	a.wait()
+	if err != nil {
+		return nil, state{}, err
+	}
+	st, err := s.kv.result()
+	return s.d.result(), st, err
 }
 
 // compareDigests describes the first buckets that differ, or returns "".
@@ -142,4 +178,77 @@ func syncTree(root string) error {
 		}
 		return nil
 	})
+}
+
+// chunkBytes is how much a reader hands a concurrent scan at once.
+const chunkBytes = 1 << 20
+
+// asyncScan runs a scan's sums (sha256, CRC-32C, decoding the revisions)
+// on a goroutine of its own, beside the pass that reads (and copies) the
+// records: on 2 cores the sums then cost the pass almost nothing. The
+// reader copies each record into a chunk and hands over full chunks.
+type asyncScan struct {
+	s          *scan
+	cur        *chunk
+	full, free chan *chunk
+	done       chan struct{}
+}
+
+type chunk struct {
+	buf  []byte
+	recs []chunkRec
+}
+
+type chunkRec struct {
+	b          backend.Bucket
+	klen, vlen int
+}
+
+func (s *scan) async() *asyncScan {
+	a := &asyncScan{s: s, full: make(chan *chunk, 4), free: make(chan *chunk, 6), done: make(chan struct{})}
+	for range cap(a.free) {
+		a.free <- &chunk{buf: make([]byte, 0, chunkBytes)}
+	}
+	full, free, done := a.full, a.free, a.done // wait clears a.full
+	go func() {
+		defer close(done)
+		for c := range full {
+			buf := c.buf
+			for _, r := range c.recs {
+				s.add(r.b, buf[:r.klen:r.klen], buf[r.klen:r.klen+r.vlen:r.klen+r.vlen])
+				buf = buf[r.klen+r.vlen:]
+			}
+			c.buf, c.recs = c.buf[:0], c.recs[:0]
+			free <- c
+		}
+	}()
+	return a
+}
+
+// add takes the next record, as scan.add.
+func (a *asyncScan) add(b backend.Bucket, k, v []byte) {
+	if a.cur == nil {
+		a.cur = <-a.free
+	}
+	c := a.cur
+	c.buf = append(append(c.buf, k...), v...)
+	c.recs = append(c.recs, chunkRec{b, len(k), len(v)})
+	if len(c.buf) >= chunkBytes {
+		a.full <- c
+		a.cur = nil
+	}
+}
+
+// wait hands over the last records and waits for the sums of all.
+func (a *asyncScan) wait() {
+	if a.full == nil {
+		return
+	}
+	if a.cur != nil {
+		a.full <- a.cur
+		a.cur = nil
+	}
+	close(a.full)
+	a.full = nil
+	<-a.done
 }

@@ -3,12 +3,13 @@
 //
 // It copies every bucket (revisions, leases, members, auth, alarms, meta:
 // the consistent index and term, the compaction marks) from a read view of
-// the source backend into a new backend of the target engine, built beside
-// it in <snap>/<to>.migrate, through the engine-neutral dump that members
-// also send each other as raft snapshots (backend.DumpTx into backend.Load).
-// It then reopens the copy and checks it (every bucket's records, bytes and
-// checksum, and etcd's HashKV at the current revision) before switching the
-// member to it. recover.go explains the switch and why a crash anywhere
+// the source backend straight into the target engine's bulk load
+// (backend.BulkLoader), bucket by bucket in key order, into a new backend
+// built beside the source in <snap>/<to>.migrate. The same pass sums every
+// record (digest.go) and computes etcd's HashKV at the current revision
+// from the Key bucket (kvhash.go). It then reopens the copy and checks it
+// in one pass the same way (every bucket's records, bytes and checksum, and
+// HashKV) before switching the member to it. recover.go explains the switch and why a crash anywhere
 // leaves one complete backend.
 package migrate
 
@@ -29,7 +30,6 @@ import (
 	"github.com/kvd-dev/kvd/pkg/datadir"
 	"github.com/kvd-dev/kvd/pkg/engine"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
-	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/progress"
 )
 
@@ -47,19 +47,16 @@ type Options struct {
 	Progress io.Writer
 	// Logger may be nil.
 	Logger *zap.Logger
-	// BatchBytes sizes the target's updates; 0 means the engine's default
-	// (DefaultBatchBytes).
+	// BatchBytes sizes the target's updates when it has no bulk load
+	// (backend.BulkLoader; both engines have one, which commits as it
+	// sees fit); 0 means DefaultBatchBytes.
 	BatchBytes int
 }
 
-// DefaultBatchBytes sizes the updates of a bulk load into each engine.
-// Measured with BenchmarkBatchBytes on 256 MiB of 1 KiB values (2 cores):
-// Badger loads at 77, 112 and 102 MiB/s with 1, 4 and 16 MiB updates, bolt
-// at 92, 96, 94 and 59 MiB/s with 1, 4, 16 and 64 MiB (a bigger bolt
-// commit rebalances and spills more at once). Badger's is also bounded by
-// the write count of one update engine.Open allows (24 MiB / 96 = 262144
-// writes): at the smallest record Load counts (18 bytes) 4 MiB stays under
-// it.
+// DefaultBatchBytes sizes the updates of a copy into a backend without a
+// bulk load: 4 MiB stays under the write count of one Badger update
+// engine.Open allows (24 MiB / 96 = 262144 writes) down to records of 16
+// bytes.
 var DefaultBatchBytes = map[string]int{
 	"bolt":   4 << 20,
 	"badger": 4 << 20,
@@ -73,7 +70,9 @@ type Result struct {
 	Buckets map[backend.Bucket]BucketSum
 	// Records and Bytes sum Buckets (key and value bytes).
 	Records, Bytes int64
-	// DumpBytes is the size of the dump stream the copy went through.
+	// DumpBytes is 0: the copy no longer goes through a dump.
+	//
+	// Deprecated: kept for callers that print it.
 	DumpBytes int64
 	// Keys is the number of keys live at Rev.
 	Keys int
@@ -196,27 +195,17 @@ func Run(o Options) (res *Result, err error) {
 	if err := checkSpace(c, to, snap, src.SizeInUse(), o.Progress); err != nil {
 		return nil, err
 	}
-	// The source's store state (index rebuilt, HashKV) is read beside the
-	// copy: both only read, and each alone leaves a core idle.
-	var before state
-	stateDone := make(chan error, 1)
-	go func() {
-		var err error
-		before, err = storeState(src, lg)
-		stateDone <- err
-	}()
-	waited := false
-	waitState := func() error {
-		if waited {
-			return nil
-		}
-		waited = true
-		if err := <-stateDone; err != nil {
-			return fmt.Errorf("read the %s backend: %w", from, err)
-		}
-		return nil
+	// The copy, from one read view of the source, which is summed and
+	// hashed as it is read.
+	tx, err := src.ReadTx()
+	if err != nil {
+		return nil, fmt.Errorf("read the %s backend: %w", from, err)
 	}
-	defer func() { _ = waitState() }() // before the source closes
+	defer tx.Release() // before the source closes
+	srcScan, err := newScan(tx)
+	if err != nil {
+		return nil, fmt.Errorf("read the %s backend: %w", from, err)
+	}
 
 	// The copy: the target need not be durable commit by commit (a crash
 	// discards it), so it opens without fsyncs and is synced once.
@@ -232,8 +221,9 @@ func Run(o Options) (res *Result, err error) {
 		w = io.Discard
 	}
 	meter := progress.New(w, fmt.Sprintf("copy %s -> %s", from, to), res.SourceSize)
-	sums, n, err := copyBackend(src, tgt, batch, meter)
+	err = copyBackend(tx, srcScan, tgt, batch, meter)
 	meter.Done()
+	tx.Release()
 	if err == nil {
 		err = tgt.Sync()
 	}
@@ -246,10 +236,12 @@ func Run(o Options) (res *Result, err error) {
 	if err != nil {
 		return nil, noSpace(fmt.Errorf("copy %s to %s: %w", from, to, err), snap, res.SourceSize)
 	}
-	res.Copy, res.DumpBytes, res.Buckets = time.Since(t0), n, sums
-	if err := waitState(); err != nil {
-		return nil, err
+	before, err := srcScan.kv.result()
+	if err != nil {
+		return nil, fmt.Errorf("read the %s backend: %w", from, err)
 	}
+	sums := srcScan.d.result()
+	res.Copy, res.Buckets = time.Since(t0), sums
 	res.Rev, res.CompactRev, res.Keys = before.rev, before.compactRev, before.keys
 	res.ConsistentIndex, res.Term, res.HashBefore = before.ci, before.term, before.hash
 	for _, s := range sums {
@@ -355,70 +347,77 @@ func list(l []string) string {
 	return strings.Join(l, ", ")
 }
 
-// errLoadEnded stops the dump when the load stopped first.
-var errLoadEnded = errors.New("load ended")
+// progressEvery is how many bytes the copy counts before it tells the
+// progress meter.
+const progressEvery = 1 << 20
 
-// copyBackend streams a dump of one read view of src into dst and returns
-// the source's digest and the dump's size.
-func copyBackend(src, dst backend.Backend, batchBytes int, m *progress.Meter) (map[backend.Bucket]BucketSum, int64, error) {
-	tx, err := src.ReadTx()
-	if err != nil {
-		return nil, 0, fmt.Errorf("read tx: %w", err)
+// copyBackend copies every record of tx into dst, which is empty, bucket by
+// bucket in key order, and hands each to sc on the way (sc.async). It uses dst's bulk
+// load, else updates of about batchBytes.
+func copyBackend(tx backend.ReadTx, sc *scan, dst backend.Backend, batchBytes int, m *progress.Meter) error {
+	load := func(put func(b backend.Bucket, k, v []byte) error) error {
+		a := sc.async()
+		defer a.wait()
+		var n int64
+		err := forEach(tx, func(b backend.Bucket, k, v []byte) error {
+			a.add(b, k, v)
+			if n += int64(len(k) + len(v)); n >= progressEvery {
+				m.Add(n)
+				n = 0
+			}
+			return put(b, k, v)
+		})
+		m.Add(n)
+		return err
 	}
-	defer tx.Release()
-	d := newDigest()
-	pr, pw := io.Pipe()
-	type dumped struct {
-		n   int64
-		err error
+	if bl, ok := dst.(backend.BulkLoader); ok {
+		return bl.BulkLoad(load)
 	}
-	done := make(chan dumped, 1)
-	go func() {
-		n, err := backend.DumpTx(digestTx{ReadTx: tx, d: d}, m.Writer(pw))
-		_ = pw.CloseWithError(err)
-		done <- dumped{n, err}
-	}()
-	lerr := backend.Load(dst, pr, batchBytes)
-	_ = pr.CloseWithError(errLoadEnded)
-	dr := <-done
-	if dr.err != nil && !errors.Is(dr.err, errLoadEnded) {
-		return nil, 0, dr.err
-	}
-	if lerr != nil {
-		return nil, 0, lerr
-	}
-	return d.result(), dr.n, nil
+	return updateInBatches(dst, batchBytes, load)
 }
 
-// state is what the mvcc store reads from a backend.
-type state struct {
-	hash            uint32
-	rev, compactRev int64
-	keys            int
-	ci, term        uint64
-}
-
-// storeState opens the mvcc store on be (it writes nothing: no compaction
-// runs, nothing is applied) and reads its HashKV at the current revision.
-func storeState(be backend.Backend, lg *zap.Logger) (st state, err error) {
-	s, err := mvcc.OpenWithOptions(be, mvcc.Options{Logger: lg.Named("mvcc"), ExternalCompactor: true})
-	if err != nil {
-		return st, err
+// updateInBatches loads what load puts with Updates of about batchBytes.
+// It copies the records: a read view's slices last only as long as the
+// call that hands them over.
+func updateInBatches(be backend.Backend, batchBytes int, load func(put func(b backend.Bucket, k, v []byte) error) error) error {
+	type record struct {
+		b    backend.Bucket
+		k, v []byte
 	}
-	defer func() { err = errors.Join(err, s.Close()) }()
-	st.hash, st.rev, st.compactRev, err = s.HashByRev(0)
-	if err != nil {
-		return st, err
+	var (
+		batch []record
+		buf   []byte
+		n     int
+	)
+	flush := func() error {
+		err := be.Update(func(w backend.WriteTx) error {
+			for _, r := range batch {
+				if err := w.Put(r.b, r.k, r.v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		batch, buf, n = batch[:0], nil, 0
+		return err
 	}
-	st.ci, st.term = s.ConsistentIndex(), s.ConsistentTerm()
-	r := s.Read()
-	defer r.End()
-	rr, err := r.Range([]byte{0}, []byte{0}, mvcc.RangeOptions{Count: true})
-	if err != nil {
-		return st, err
+	err := load(func(b backend.Bucket, k, v []byte) error {
+		if len(buf)+len(k)+len(v) > cap(buf) {
+			// A new buffer: the old one backs records of the batch.
+			buf = make([]byte, 0, max(batchBytes, len(k)+len(v)))
+		}
+		buf = append(append(buf, k...), v...)
+		kv := buf[len(buf)-len(k)-len(v):]
+		batch = append(batch, record{b, kv[:len(k):len(k)], kv[len(k):]})
+		if n += len(kv); n >= batchBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil && len(batch) > 0 {
+		err = flush()
 	}
-	st.keys = rr.Count
-	return st, nil
+	return err
 }
 
 // verify reopens the copy in dir with the member's options and checks it
@@ -433,25 +432,12 @@ func verify(c *config.Config, to, dir string, sums map[backend.Bucket]BucketSum,
 			err = fmt.Errorf("verify: close the copy: %w", cerr)
 		}
 	}()
-	var (
-		after state
-		serr  error
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		after, serr = storeState(be, lg)
-	}()
-	got, err := digestBackend(be)
-	<-done
+	got, after, err := scanBackend(be)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
 	if d := compareDigests(sums, got); d != "" {
 		return fmt.Errorf("%w: %s", ErrVerify, d)
-	}
-	if serr != nil {
-		return fmt.Errorf("verify: open the copy's store: %w", serr)
 	}
 	res.HashAfter = after.hash
 	if after != before {

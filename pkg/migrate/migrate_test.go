@@ -513,3 +513,27 @@ func TestDiskFull(t *testing.T) {
 		})
 	}
 }
+
+// storeState opens the mvcc store on be (it writes nothing: no compaction
+// runs, nothing is applied) and reads its HashKV at the current revision:
+// what kvHasher must compute without the store.
+func storeState(be backend.Backend, lg *zap.Logger) (st state, err error) {
+	s, err := mvcc.OpenWithOptions(be, mvcc.Options{Logger: lg.Named("mvcc"), ExternalCompactor: true})
+	if err != nil {
+		return st, err
+	}
+	defer func() { err = errors.Join(err, s.Close()) }()
+	st.hash, st.rev, st.compactRev, err = s.HashByRev(0)
+	if err != nil {
+		return st, err
+	}
+	st.ci, st.term = s.ConsistentIndex(), s.ConsistentTerm()
+	r := s.Read()
+	defer r.End()
+	rr, err := r.Range([]byte{0}, []byte{0}, mvcc.RangeOptions{Count: true})
+	if err != nil {
+		return st, err
+	}
+	st.keys = rr.Count
+	return st, nil
+}
