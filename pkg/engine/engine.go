@@ -48,6 +48,7 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 			InitialMmapSize: int(c.Backend.Bolt.InitialMmapSize),
 			FreelistType:    c.Backend.Bolt.FreelistType,
 			NoSync:          c.UnsafeNoFsync,
+			Logger:          lg.Named("bolt"),
 		})
 	case "badger":
 		be, err = badger.Open(opts, badger.Options{

@@ -23,6 +23,12 @@ type DefragHooks struct {
 	// SetJournalLimit sets the bytes the Defrag journal holds before writers
 	// wait, and returns a function restoring the default.
 	SetJournalLimit func(n int64) (restore func())
+	// SetCopyPause, if not nil, sets the throttle of the engine's copy (the
+	// pause after each step, in multiples of the step's time; 0 copies at
+	// full speed) and returns a function restoring the default. The cases
+	// run at full speed, but for WritesDuringThrottledCopy, which runs
+	// WritesDuringCopy with the engine's default throttle.
+	SetCopyPause func(pause float64) (restore func())
 }
 
 // guard bounds how long a step that must not block may take before the test
@@ -36,7 +42,11 @@ const guard = 60 * time.Second
 func RunDefragOnline(t *testing.T, open OpenFunc, h DefragHooks) {
 	s := suite{open: open}
 	t.Cleanup(func() { h.SetHook(nil) })
-	t.Run("WritesDuringCopy", func(t *testing.T) { s.defragWritesDuringCopy(t, h) })
+	if h.SetCopyPause != nil {
+		t.Run("WritesDuringThrottledCopy", func(t *testing.T) { s.defragWritesDuringCopy(t, h, 1) })
+		t.Cleanup(h.SetCopyPause(0))
+	}
+	t.Run("WritesDuringCopy", func(t *testing.T) { s.defragWritesDuringCopy(t, h, 2) })
 	t.Run("WritersNotBlocked", func(t *testing.T) { s.defragWritersNotBlocked(t, h) })
 	t.Run("FullJournalHoldsWriters", func(t *testing.T) { s.defragFullJournal(t, h) })
 	t.Run("FailureKeepsOldStore", func(t *testing.T) { s.defragFailure(t, h) })
@@ -248,7 +258,9 @@ func duringCopy(m *model, be backend.Backend) error {
 	return nil
 }
 
-func (s suite) defragWritesDuringCopy(t *testing.T, h DefragHooks) {
+// defragWritesDuringCopy runs defrags Defrags, one after the other, beside
+// writers and with writes from inside each copy.
+func (s suite) defragWritesDuringCopy(t *testing.T, h DefragHooks, defrags int) {
 	dir := t.TempDir()
 	be := s.open(t, dir)
 	m := newModel()
@@ -272,7 +284,7 @@ func (s suite) defragWritesDuringCopy(t *testing.T, h DefragHooks) {
 		}
 		return nil
 	})
-	for i := 0; i < 2; i++ {
+	for i := 0; i < defrags; i++ {
 		if err := be.Defrag(); err != nil {
 			t.Fatalf("Defrag %d: %v", i, err)
 		}
@@ -284,8 +296,8 @@ func (s suite) defragWritesDuringCopy(t *testing.T, h DefragHooks) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if copied != 2 {
-		t.Fatalf("hook saw %d copies, want 2", copied)
+	if copied != defrags {
+		t.Fatalf("hook saw %d copies, want %d", copied, defrags)
 	}
 	m.check(t, be, "after Defrag")
 	// Writes after the swap land in the new store.

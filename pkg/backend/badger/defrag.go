@@ -22,8 +22,13 @@ const (
 	// Past it, Update waits until Defrag drains the journal: during the copy
 	// that means writers wait for the rest of the copy, as every write did
 	// before Defrag went online (the last resort); once the copy is done,
-	// each replay round drains it.
-	defragJournalMax = 64 << 20
+	// each replay round drains it. It is memory held for the length of a
+	// Defrag, sized for the throttled copy (defragCopyPause): it holds
+	// about 50 s of a steady 5 MB/s of writes (docs/benchmarks.md's load),
+	// and the pacer stops throttling as it fills (journal.headroom), so a
+	// copy longer than that under such a load finishes at full speed
+	// rather than holding writers.
+	defragJournalMax = 256 << 20
 	// defragReplayRounds is how many times Defrag replays the journal
 	// without writeMu before it takes writeMu for the rest.
 	defragReplayRounds = 4
@@ -31,6 +36,25 @@ const (
 	// bytes is the last one without writeMu; so little replays in about a
 	// millisecond.
 	defragLockedReplay = 256 << 10
+	// defragCopyPause throttles the copy and the replay rounds that run
+	// without writeMu, so that they yield to the live workload (issue #15):
+	// after each defragCopyStep bytes of keys and values, the copying
+	// goroutine sleeps defragCopyPause times as long as that step took, so
+	// it runs about 1/(1+defragCopyPause) of the time and leaves the rest
+	// of the CPU and the disk to the writers. The pause is a multiple of
+	// the step's own time, not a fixed rate, so it adapts to the machine and
+	// to the load: a step slowed down by the workload gets a longer pause.
+	// The cost is a longer Defrag: its copy takes up to 1+defragCopyPause
+	// times as long as at full speed under the same load (4x), and its
+	// journal grows for that long. The pause shrinks as the journal fills
+	// (journal.headroom): a write rate that would fill the journal before the
+	// throttled copy ends gets a faster copy rather than writers held by a
+	// full journal. The final replay under writeMu is never throttled.
+	// Measured in docs/benchmarks.md, "Online defragment".
+	defragCopyPause = 3
+	// defragCopyStep is the bytes of keys and values the copy handles
+	// between two pauses: at full speed a few milliseconds of work.
+	defragCopyStep = 1 << 20
 	// copyBatch is how many bytes of keys and values the copy hands the
 	// StreamWriter at a time.
 	copyBatch = 4 << 20
@@ -45,6 +69,9 @@ var defragHook func(stage string) error
 
 // journalLimit is defragJournalMax; tests lower it.
 var journalLimit int64 = defragJournalMax
+
+// copyPause is defragCopyPause; tests set it to 0 for a full-speed copy.
+var copyPause float64 = defragCopyPause
 
 func hook(stage string) error {
 	if defragHook != nil {
@@ -69,6 +96,7 @@ type journal struct {
 	room  *sync.Cond // signalled when ops are drained or the journal ends
 	ops   []op
 	bytes int64
+	peak  int64 // the most bytes it held
 	done  bool
 }
 
@@ -86,6 +114,7 @@ func (j *journal) add(ops []op, n int64) {
 	j.mu.Lock()
 	j.ops = append(j.ops, ops...)
 	j.bytes += n
+	j.peak = max(j.peak, j.bytes)
 	j.mu.Unlock()
 }
 
@@ -106,6 +135,16 @@ func (j *journal) waitRoom() {
 		j.room.Wait()
 	}
 	j.mu.Unlock()
+}
+
+// headroom tells a pacer how much of its pause to take: all of it while the
+// journal is under a quarter full, none from three quarters, in proportion
+// between.
+func (j *journal) headroom() float64 {
+	j.mu.Lock()
+	fill := float64(j.bytes) / float64(j.limit)
+	j.mu.Unlock()
+	return min(1, max(0, 1.5-2*fill))
 }
 
 // end releases the writers waiting for room; Defrag has unhooked j.
@@ -167,7 +206,8 @@ func (be *Backend) Defrag() error {
 		zap.Int64("reclaimed", before-after),
 		zap.Duration("took", time.Since(start)),
 		zap.Duration("copy", st.copy), zap.Duration("writers-paused", st.paused),
-		zap.Int("replayed-writes", st.replayed), zap.Int("replay-rounds", st.rounds))
+		zap.Int("replayed-writes", st.replayed), zap.Int("replay-rounds", st.rounds),
+		zap.Duration("throttled", st.throttled), zap.Int64("journal-peak", st.journalPeak))
 	return nil
 }
 
@@ -180,6 +220,8 @@ func (be *Backend) pinDir() string {
 type defragStats struct {
 	copy, paused     time.Duration
 	replayed, rounds int
+	throttled        time.Duration // the pacer's sleeps
+	journalPeak      int64
 }
 
 // retire closes and removes a replaced store once no reader pins it. A
@@ -236,7 +278,14 @@ func (be *Backend) swapInCopy() (_ *store, st defragStats, err error) {
 		return nil, st, err
 	}
 	t0 := time.Now()
-	err = copySnapshot(snap, db)
+	pc := newPacer(j)
+	defer func() {
+		st.throttled = pc.slept
+		j.mu.Lock()
+		st.journalPeak = j.peak
+		j.mu.Unlock()
+	}()
+	err = copySnapshot(snap, db, pc)
 	snap.Discard()
 	if err != nil {
 		return nil, st, fmt.Errorf("defrag: copy %s to %s: %w", old.dir, dir, err)
@@ -250,16 +299,32 @@ func (be *Backend) swapInCopy() (_ *store, st defragStats, err error) {
 	if err := hook("replay"); err != nil {
 		return nil, st, err
 	}
+	// The first replay round goes at the copy's pace; a later one only if
+	// the rounds converge fast enough at that pace (this round has at most
+	// half the previous one's bytes), otherwise at full speed: writers
+	// that outpace a throttled replay would make each round longer than
+	// the last.
+	rp, prev := pc, int64(-1)
 	for st.rounds < defragReplayRounds {
 		ops, n := j.drain()
 		st.rounds++
 		st.replayed += len(ops)
-		if err := replay(db, ops); err != nil {
+		if prev >= 0 && n > prev/2 {
+			rp = nil
+		}
+		prev = n
+		rp.restart()
+		if err := replay(db, ops, rp); err != nil {
 			return nil, st, fmt.Errorf("defrag: replay into %s: %w", dir, err)
 		}
 		if n < defragLockedReplay {
 			break
 		}
+	}
+	// As after the copy: the sync under writeMu writes only the last
+	// replay.
+	if err := db.Sync(); err != nil {
+		return nil, st, fmt.Errorf("defrag: sync %s: %w", dir, err)
 	}
 
 	be.writeMu.Lock()
@@ -267,7 +332,7 @@ func (be *Backend) swapInCopy() (_ *store, st defragStats, err error) {
 	t1 := time.Now()
 	ops, _ := j.drain()
 	st.replayed += len(ops)
-	if err := replay(db, ops); err != nil {
+	if err := replay(db, ops, nil); err != nil {
 		return nil, st, fmt.Errorf("defrag: replay into %s: %w", dir, err)
 	}
 	if err := hook("swap"); err != nil {
@@ -302,8 +367,8 @@ func (be *Backend) swapInCopy() (_ *store, st defragStats, err error) {
 // copySnapshot writes the latest version of every live kvd key that snap
 // sees into the empty dst, straight into sorted tables (Badger's
 // StreamWriter). Badger's Stream cannot read at a given snapshot outside
-// managed mode, so this iterates snap itself.
-func copySnapshot(snap *badger.Txn, dst *badger.DB) error {
+// managed mode, so this iterates snap itself, at the pace pc sets.
+func copySnapshot(snap *badger.Txn, dst *badger.DB, pc *pacer) error {
 	sw := dst.NewStreamWriter()
 	defer sw.Cancel()
 	if err := sw.Prepare(); err != nil {
@@ -316,6 +381,7 @@ func copySnapshot(snap *badger.Txn, dst *badger.DB) error {
 	for it.Rewind(); it.Valid(); it.Next() {
 		item := it.Item()
 		err := item.Value(func(v []byte) error {
+			pc.add(len(item.Key()) + len(v))
 			badger.KVToBuffer(&pb.KV{Key: item.Key(), Value: v, Version: item.Version()}, buf)
 			return nil
 		})
@@ -337,8 +403,9 @@ func copySnapshot(snap *badger.Txn, dst *badger.DB) error {
 
 // replay applies journal writes to db in order, as few transactions as
 // Badger's transaction size allows. Each gets a commit timestamp above
-// every copied version, so it overrides the copy.
-func replay(db *badger.DB, ops []op) error {
+// every copied version, so it overrides the copy. A non-nil pc sets the
+// pace (the rounds without writeMu).
+func replay(db *badger.DB, ops []op, pc *pacer) error {
 	for len(ops) > 0 {
 		txn := db.NewTransaction(true)
 		n := 0
@@ -356,6 +423,7 @@ func replay(db *badger.DB, ops []op) error {
 				txn.Discard()
 				return err
 			}
+			pc.add(len(o.key) + len(o.value))
 			n++
 		}
 		if err := txn.Commit(); err != nil {
@@ -369,4 +437,40 @@ func replay(db *badger.DB, ops []op) error {
 // newDataName names a fresh data subdirectory.
 func newDataName() string {
 	return fmt.Sprintf("%s-%d", defaultDataDir, time.Now().UnixNano())
+}
+
+// pacer throttles the copy and the unlocked replay rounds of a Defrag with a
+// duty cycle (see defragCopyPause). A nil pacer does not throttle.
+type pacer struct {
+	pause float64
+	j     *journal
+	n     int64     // bytes since the last pause
+	since time.Time // start of the current step
+	slept time.Duration
+}
+
+func newPacer(j *journal) *pacer {
+	return &pacer{pause: copyPause, j: j, since: time.Now()}
+}
+
+// restart starts a step now, after a gap that is not the pacer's work.
+func (p *pacer) restart() {
+	if p != nil {
+		p.n, p.since = 0, time.Now()
+	}
+}
+
+// add counts n bytes handled; at the end of a step it sleeps.
+func (p *pacer) add(n int) {
+	if p == nil || p.pause <= 0 {
+		return
+	}
+	if p.n += int64(n); p.n < defragCopyStep {
+		return
+	}
+	if d := time.Duration(float64(time.Since(p.since)) * p.pause * p.j.headroom()); d > 0 {
+		time.Sleep(d)
+		p.slept += d
+	}
+	p.restart()
 }

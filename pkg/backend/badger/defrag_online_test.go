@@ -25,5 +25,9 @@ func TestDefragOnline(t *testing.T) {
 				journalLimit = n
 				return func() { journalLimit = defragJournalMax }
 			},
+			SetCopyPause: func(p float64) func() {
+				copyPause = p
+				return func() { copyPause = defragCopyPause }
+			},
 		})
 }

@@ -20,8 +20,13 @@ const (
 	// Past it, Update waits until Defrag drains the journal: during the copy
 	// that means writers wait for the rest of the copy, as every write did
 	// before Defrag went online (the last resort); once the copy is done,
-	// each replay round drains it.
-	defragJournalMax = 64 << 20
+	// each replay round drains it. It is memory held for the length of a
+	// Defrag, sized for the throttled copy (defragCopyPause): it holds
+	// about 50 s of a steady 5 MB/s of writes (docs/benchmarks.md's load),
+	// and the pacer stops throttling as it fills (journal.headroom), so a
+	// copy longer than that under such a load finishes at full speed
+	// rather than holding writers.
+	defragJournalMax = 256 << 20
 	// defragReplayRounds is how many times Defrag replays the journal
 	// without writeMu before it takes writeMu for the rest.
 	defragReplayRounds = 4
@@ -29,6 +34,30 @@ const (
 	// bytes is the last one without writeMu; so little replays in about a
 	// millisecond.
 	defragLockedReplay = 256 << 10
+	// defragCopyTxBytes bounds a copy transaction (and a replay transaction
+	// without writeMu): each is synced on its own, so that no fsync of
+	// the copy writes back more than this at once; the smaller, the less
+	// the live file's fsyncs wait behind it.
+	defragCopyTxBytes = 4 << 20
+	// defragCopyPause throttles the copy and the replay rounds that run
+	// without writeMu, so that they yield to the live workload (issue #15):
+	// after each defragCopyStep bytes of keys and values, the copying
+	// goroutine sleeps defragCopyPause times as long as that step took, so
+	// it runs about 1/(1+defragCopyPause) of the time and leaves the rest
+	// of the CPU and the disk to the writers. The pause is a multiple of
+	// the step's own time, not a fixed rate, so it adapts to the machine and
+	// to the load: a step slowed down by the workload gets a longer pause.
+	// The cost is a longer Defrag: its copy takes up to 1+defragCopyPause
+	// times as long as at full speed under the same load (4x), and its
+	// journal grows for that long. The pause shrinks as the journal fills
+	// (journal.headroom): a write rate that would fill the journal before the
+	// throttled copy ends gets a faster copy rather than writers held by a
+	// full journal. The final replay under writeMu is never throttled.
+	// Measured in docs/benchmarks.md, "Online defragment".
+	defragCopyPause = 3
+	// defragCopyStep is the bytes of keys and values the copy handles
+	// between two pauses: at full speed a few milliseconds of work.
+	defragCopyStep = 1 << 20
 )
 
 // defragHook, when set (by tests), is called by Defrag at each stage:
@@ -40,6 +69,9 @@ var defragHook func(stage string) error
 
 // journalLimit is defragJournalMax; tests lower it.
 var journalLimit int64 = defragJournalMax
+
+// copyPause is defragCopyPause; tests set it to 0 for a full-speed copy.
+var copyPause float64 = defragCopyPause
 
 func hook(stage string) error {
 	if defragHook != nil {
@@ -65,6 +97,7 @@ type journal struct {
 	room  *sync.Cond // signalled when ops are drained or the journal ends
 	ops   []op
 	bytes int64
+	peak  int64 // the most bytes it held
 	done  bool
 }
 
@@ -82,6 +115,7 @@ func (j *journal) add(ops []op, n int64) {
 	j.mu.Lock()
 	j.ops = append(j.ops, ops...)
 	j.bytes += n
+	j.peak = max(j.peak, j.bytes)
 	j.mu.Unlock()
 }
 
@@ -102,6 +136,16 @@ func (j *journal) waitRoom() {
 		j.room.Wait()
 	}
 	j.mu.Unlock()
+}
+
+// headroom tells a pacer how much of its pause to take: all of it while the
+// journal is under a quarter full, none from three quarters, in proportion
+// between.
+func (j *journal) headroom() float64 {
+	j.mu.Lock()
+	fill := float64(j.bytes) / float64(j.limit)
+	j.mu.Unlock()
+	return min(1, max(0, 1.5-2*fill))
 }
 
 // end releases the writers waiting for room; Defrag has unhooked j.
@@ -151,13 +195,16 @@ func (be *Backend) Defrag() error {
 		zap.Int64("reclaimed", sizeBefore-size),
 		zap.Duration("took", time.Since(start)),
 		zap.Duration("copy", st.copy), zap.Duration("writers-paused", st.paused),
-		zap.Int("replayed-writes", st.replayed), zap.Int("replay-rounds", st.rounds))
+		zap.Int("replayed-writes", st.replayed), zap.Int("replay-rounds", st.rounds),
+		zap.Duration("throttled", st.throttled), zap.Int64("journal-peak", st.journalPeak))
 	return nil
 }
 
 type defragStats struct {
 	copy, paused     time.Duration
 	replayed, rounds int
+	throttled        time.Duration // the pacer's sleeps
+	journalPeak      int64
 }
 
 func (be *Backend) defrag() (st defragStats, err error) {
@@ -206,7 +253,14 @@ func (be *Backend) defrag() (st defragStats, err error) {
 		return st, err
 	}
 	t0 := time.Now()
-	err = copyTx(tmp, src, defragTxBytes)
+	pc := newPacer(j)
+	defer func() {
+		st.throttled = pc.slept
+		j.mu.Lock()
+		st.journalPeak = j.peak
+		j.mu.Unlock()
+	}()
+	err = copyTx(tmp, src, defragCopyTxBytes, pc)
 	_ = src.Rollback()
 	if err != nil {
 		return st, fmt.Errorf("defrag: copy %s: %w", be.path, err)
@@ -220,16 +274,32 @@ func (be *Backend) defrag() (st defragStats, err error) {
 	if err := hook("replay"); err != nil {
 		return st, err
 	}
+	// The first replay round goes at the copy's pace; a later one only if
+	// the rounds converge fast enough at that pace (this round has at most
+	// half the previous one's bytes), otherwise at full speed: writers
+	// that outpace a throttled replay would make each round longer than
+	// the last.
+	rp, prev := pc, int64(-1)
 	for st.rounds < defragReplayRounds {
 		ops, n := j.drain()
 		st.rounds++
 		st.replayed += len(ops)
-		if err := replay(tmp, ops); err != nil {
+		if prev >= 0 && n > prev/2 {
+			rp = nil
+		}
+		prev = n
+		rp.restart()
+		if err := replay(tmp, ops, rp); err != nil {
 			return st, fmt.Errorf("defrag: replay into %s: %w", tmpPath, err)
 		}
 		if n < defragLockedReplay {
 			break
 		}
+	}
+	// As after the copy: the fsync under writeMu writes only the last
+	// replay.
+	if err := tmp.Sync(); err != nil {
+		return st, fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
 	}
 
 	be.writeMu.Lock()
@@ -237,7 +307,7 @@ func (be *Backend) defrag() (st defragStats, err error) {
 	t1 := time.Now()
 	ops, _ := j.drain()
 	st.replayed += len(ops)
-	if err := replay(tmp, ops); err != nil {
+	if err := replay(tmp, ops, nil); err != nil {
 		return st, fmt.Errorf("defrag: replay into %s: %w", tmpPath, err)
 	}
 	if err := hook("swap"); err != nil {
@@ -275,12 +345,13 @@ func (be *Backend) defrag() (st defragStats, err error) {
 }
 
 // copyTx copies every bucket of src into the empty dst, committing every
-// txBytes of keys and values, with full pages (keys arrive in order). dst
-// commits without fsync; it is synced after each commit all the same, so
-// that the kernel does not pile up the whole copy as dirty pages for the
-// live file's next fsync to wait behind (ext4's ordered mode flushes them
-// together), which made writers' latency jump during the copy.
-func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64) (err error) {
+// txBytes of keys and values, with full pages (keys arrive in order), at
+// the pace pc sets. dst commits without fsync; it is synced after each
+// commit all the same, so that the kernel does not pile up the whole copy
+// as dirty pages for the live file's next fsync to wait behind (ext4's
+// ordered mode flushes them together), which made writers' latency jump
+// during the copy.
+func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64, pc *pacer) (err error) {
 	tx, err := dst.Begin(true)
 	if err != nil {
 		return err
@@ -302,6 +373,7 @@ func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64) (err error) {
 		to := open(path)
 		c := from.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			pc.add(len(k) + len(v))
 			if size += int64(len(k) + len(v)); size > txBytes {
 				if err := tx.Commit(); err != nil {
 					return err
@@ -359,14 +431,21 @@ func copyTx(dst *bolt.DB, src *bolt.Tx, txBytes int64) (err error) {
 }
 
 // replay applies journal writes to db in order, committing every
-// defragTxBytes.
-func replay(db *bolt.DB, ops []op) error {
+// defragTxBytes. With a pacer (the rounds without writeMu) it goes at the
+// pacer's pace, commits every defragCopyTxBytes and syncs each commit, as
+// the copy does.
+func replay(db *bolt.DB, ops []op, pc *pacer) error {
+	txBytes := int64(defragTxBytes)
+	if pc != nil {
+		txBytes = defragCopyTxBytes
+	}
 	for len(ops) > 0 {
 		var size int64
 		err := db.Update(func(tx *bolt.Tx) error {
-			for len(ops) > 0 && size < defragTxBytes {
+			for len(ops) > 0 && size < txBytes {
 				o := ops[0]
 				size += int64(len(o.key) + len(o.value))
+				pc.add(len(o.key) + len(o.value))
 				if o.del {
 					if b := tx.Bucket([]byte(o.bucket)); b != nil {
 						if err := b.Delete(o.key); err != nil {
@@ -389,6 +468,47 @@ func replay(db *bolt.DB, ops []op) error {
 		if err != nil {
 			return err
 		}
+		if pc != nil && len(ops) > 0 {
+			if err := db.Sync(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// pacer throttles the copy and the unlocked replay rounds of a Defrag with a
+// duty cycle (see defragCopyPause). A nil pacer does not throttle.
+type pacer struct {
+	pause float64
+	j     *journal
+	n     int64     // bytes since the last pause
+	since time.Time // start of the current step
+	slept time.Duration
+}
+
+func newPacer(j *journal) *pacer {
+	return &pacer{pause: copyPause, j: j, since: time.Now()}
+}
+
+// restart starts a step now, after a gap that is not the pacer's work.
+func (p *pacer) restart() {
+	if p != nil {
+		p.n, p.since = 0, time.Now()
+	}
+}
+
+// add counts n bytes handled; at the end of a step it sleeps.
+func (p *pacer) add(n int) {
+	if p == nil || p.pause <= 0 {
+		return
+	}
+	if p.n += int64(n); p.n < defragCopyStep {
+		return
+	}
+	if d := time.Duration(float64(time.Since(p.since)) * p.pause * p.j.headroom()); d > 0 {
+		time.Sleep(d)
+		p.slept += d
+	}
+	p.restart()
 }
