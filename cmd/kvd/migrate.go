@@ -89,7 +89,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 func printMigrate(w io.Writer, dataDir string, r *migrate.Result) {
 	fmt.Fprintf(w, "migrated %s: %s -> %s in %s (copy %s, check %s)\n", dataDir, r.From, r.To,
 		r.Total.Round(time.Millisecond), r.Copy.Round(time.Millisecond), r.Verify.Round(time.Millisecond))
-	fmt.Fprintf(w, "copied %d records, %s of keys and values (%s dump):", r.Records, progress.Bytes(r.Bytes), progress.Bytes(r.DumpBytes))
+	fmt.Fprintf(w, "copied %d records, %s of keys and values:", r.Records, progress.Bytes(r.Bytes))
 	for _, b := range backend.AllBuckets {
 		fmt.Fprintf(w, " %s %d", b, r.Buckets[b].Records)
 	}

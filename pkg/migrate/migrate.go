@@ -70,10 +70,6 @@ type Result struct {
 	Buckets map[backend.Bucket]BucketSum
 	// Records and Bytes sum Buckets (key and value bytes).
 	Records, Bytes int64
-	// DumpBytes is 0: the copy no longer goes through a dump.
-	//
-	// Deprecated: kept for callers that print it.
-	DumpBytes int64
 	// Keys is the number of keys live at Rev.
 	Keys int
 	// Rev and CompactRev are the store's current and compaction revisions.
