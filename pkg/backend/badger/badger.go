@@ -302,7 +302,7 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 	}
 	defer be.gate.Exit()
 	if j := be.journal.Load(); j != nil {
-		j.waitRoom() // a full journal holds writers until Defrag drains it
+		j.WaitRoom() // a full journal holds writers until Defrag drains it
 	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
@@ -324,7 +324,7 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 	}
 	be.written.Add(w.bytes)
 	if j != nil {
-		j.add(w.ops, w.opBytes)
+		j.Add(w.ops, w.opBytes)
 	}
 	return nil
 }

@@ -227,7 +227,7 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 	}
 	defer be.gate.Exit()
 	if j := be.journal.Load(); j != nil {
-		j.waitRoom() // a full journal holds writers until Defrag drains it
+		j.WaitRoom() // a full journal holds writers until Defrag drains it
 	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
@@ -258,7 +258,7 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 		return fmt.Errorf("commit bolt tx: %w", err)
 	}
 	if j != nil {
-		j.add(w.ops, w.opBytes)
+		j.Add(w.ops, w.opBytes)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package bolt
 import (
 	"testing"
 
+	"github.com/kvd-dev/kvd/pkg/backend/internal/defrag"
+
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/backendtest"
 )
@@ -17,14 +19,14 @@ func TestDefragOnline(t *testing.T) {
 			return be
 		},
 		backendtest.DefragHooks{
-			SetHook: func(fn func(string) error) { defragHook = fn },
+			SetHook: func(fn func(string) error) { defrag.Hook = fn },
 			SetJournalLimit: func(n int64) func() {
-				journalLimit = n
-				return func() { journalLimit = defragJournalMax }
+				defrag.JournalLimit = n
+				return func() { defrag.JournalLimit = defrag.JournalMax }
 			},
 			SetCopyPause: func(p float64) func() {
-				copyPause = p
-				return func() { copyPause = defragCopyPause }
+				defrag.Pause = p
+				return func() { defrag.Pause = defrag.CopyPause }
 			},
 		})
 }
