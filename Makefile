@@ -2,12 +2,18 @@
 # the e2e module (real kvd, etcd and etcdctl processes) runs after it.
 GO ?= go
 
-.PHONY: all test unit e2e build bench fuzz fuzz-short robustness
+.PHONY: all test tidy unit e2e build bench fuzz fuzz-short robustness
 
 # make alone builds kvd and the auth plugins into bin/.
 all: build
 
-test: unit fuzz-short e2e
+test: tidy unit fuzz-short e2e
+
+# go.mod and go.sum of both modules must be what go mod tidy makes of them
+# (every dependency the code imports listed as direct, nothing unused).
+tidy:
+	$(GO) mod tidy -diff
+	cd e2e && $(GO) mod tidy -diff
 
 unit:
 	$(GO) vet ./...
