@@ -56,10 +56,12 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		for {
 			req, err := stream.Recv()
 			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = nil
+				// A client that half-closes keeps its watchers until it
+				// goes away, as etcd's recvLoop (the JSON gateway closes
+				// its send side once the request body is read).
+				if !errors.Is(err, io.EOF) {
+					recvErr <- err
 				}
-				recvErr <- err
 				return
 			}
 			switch u := req.RequestUnion.(type) {

@@ -33,6 +33,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/engine"
 	"github.com/kvd-dev/kvd/pkg/failpoint"
+	"github.com/kvd-dev/kvd/pkg/gateway"
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
@@ -401,7 +402,12 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	hsrv := &http.Server{Handler: httpHandler(s, mt, c.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
+	// etcd's JSON gateway is mounted at /v3/ once the listeners are bound
+	// (it dials the member's own plaintext client listener; not with TLS).
+	hmux := http.NewServeMux()
+	hmux.Handle("/", httpHandler(s, mt, c.EnablePprof))
+	var gwy *gateway.Gateway
+	hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 10 * time.Second}
 	if tlsInfo != nil {
 		hsrv.Protocols = clientHTTPProtocols()
 	}
@@ -414,6 +420,12 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 				return err
 			}
 			for i, ln := range lns {
+				if urls[i].Scheme != "https" && gwy == nil {
+					if gwy, err = gateway.New(context.Background(), ln.Addr(), lg.Named("gateway")); err != nil {
+						return err
+					}
+					hmux.Handle("/v3/", gwy)
+				}
 				if urls[i].Scheme == "https" {
 					splits = append(splits, newTLSSplitListener(ln, tlsInfo.ServerConfig(clientProtos...), fails, lg))
 				} else {
@@ -445,6 +457,9 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 		OnStop: func(ctx context.Context) error {
 			close(stopc)
 			_ = hsrv.Close()
+			if gwy != nil {
+				_ = gwy.Close()
+			}
 			done := make(chan struct{})
 			go func() { g.GracefulStop(); close(done) }()
 			select {

@@ -1,0 +1,102 @@
+// Package gateway serves etcd's JSON gateway (grpc-gateway) under /v3/ on
+// the client port, as etcd's embed/serve.go registerGateway does: a gRPC
+// client connection to the member's own client listener and the stubs that
+// ship with go.etcd.io/etcd/api/v3 (etcdserverpb/gw). Requests go through
+// the gRPC server, so its size limit, auth and interceptors apply as for
+// any gRPC client. Streams (/v3/watch, /v3/lease/keepalive) are also served
+// over websockets, as etcd wraps the gateway in tmc/grpc-websocket-proxy.
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+
+	gw "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/tmc/grpc-websocket-proxy/wsproxy"
+	etcdservergw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Gateway is the /v3/ handler and the connection it forwards on.
+type Gateway struct {
+	http.Handler
+	conn *grpc.ClientConn
+}
+
+// New returns the gateway forwarding to the plaintext gRPC server at addr
+// (a listener's address; an unspecified host is dialed on loopback). The
+// connection is made lazily, so the listener need not serve yet.
+func New(ctx context.Context, addr net.Addr, lg *zap.Logger) (*Gateway, error) {
+	target := dialTarget(addr)
+	conn, err := grpc.NewClient(target,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("grpc gateway: dial %s: %w", target, err)
+	}
+	// etcd's marshaler options (embed/serve.go registerGateway).
+	mux := gw.NewServeMux(
+		gw.WithMarshalerOption(gw.MIMEWildcard,
+			&gw.HTTPBodyMarshaler{
+				Marshaler: &gw.JSONPb{
+					MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
+					UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+				},
+			},
+		),
+	)
+	for _, register := range []func(context.Context, *gw.ServeMux, *grpc.ClientConn) error{
+		etcdservergw.RegisterKVHandler,
+		etcdservergw.RegisterWatchHandler,
+		etcdservergw.RegisterLeaseHandler,
+		etcdservergw.RegisterClusterHandler,
+		etcdservergw.RegisterMaintenanceHandler,
+		etcdservergw.RegisterAuthHandler,
+	} {
+		if err := register(ctx, mux, conn); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("grpc gateway: %w", err)
+		}
+	}
+	h := wsproxy.WebsocketProxy(mux,
+		// Streams are POSTs (etcd's request mutator).
+		wsproxy.WithRequestMutator(func(_ *http.Request, out *http.Request) *http.Request {
+			out.Method = http.MethodPost
+			return out
+		}),
+		wsproxy.WithMaxRespBodyBufferSize(0x7fffffff),
+		wsproxy.WithLogger(wsLogger{lg}),
+	)
+	return &Gateway{Handler: h, conn: conn}, nil
+}
+
+// Close closes the gateway's connection to the gRPC server.
+func (g *Gateway) Close() error { return g.conn.Close() }
+
+func dialTarget(addr net.Addr) string {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return addr.String()
+	}
+	ip := ta.IP
+	if ip == nil || ip.IsUnspecified() {
+		if ip.To4() != nil || ip == nil {
+			ip = net.IPv4(127, 0, 0, 1)
+		} else {
+			ip = net.IPv6loopback
+		}
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(ta.Port))
+}
+
+type wsLogger struct{ lg *zap.Logger }
+
+func (w wsLogger) Warnln(i ...any)  { w.lg.Warn(fmt.Sprint(i...)) }
+func (w wsLogger) Debugln(i ...any) { w.lg.Debug(fmt.Sprint(i...)) }
