@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -264,4 +265,105 @@ func shapeOf(v any) any {
 	default:
 		return fmt.Sprintf("%T", v)
 	}
+}
+
+// TestGatewayWebsocketWatch opens /v3/watch as a websocket (etcd wraps its
+// gateway in tmc/grpc-websocket-proxy) on etcd v3.7.3 and kvd (bolt), sends
+// a create_request, puts a key and requires the same two messages.
+func TestGatewayWebsocketWatch(t *testing.T) {
+	kp := harness.StartKVD(t, harness.Options{Engine: "bolt"})
+	ep := harness.StartEtcd(t, harness.Options{})
+	var got [2][2]any
+	for i, p := range []*harness.Process{ep, kp} {
+		host := strings.TrimPrefix(p.Endpoint(), "http://")
+		c, err := net.DialTimeout("tcp", host, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET /v3/watch HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: handshake: %v", p.Label(), err)
+		}
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("%s: handshake: %s", p.Label(), resp.Status)
+		}
+		wsWriteText(t, c, `{"create_request":{"key":"dw==","range_end":"eA=="}}`)
+		for j := range 2 {
+			if j == 1 {
+				req, _ := http.NewRequest(http.MethodPost, p.Endpoint()+"/v3/kv/put", strings.NewReader(`{"key":"dzI=","value":"dg=="}`))
+				r, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Body.Close()
+			}
+			msg, err := wsReadText(br)
+			if err != nil {
+				t.Fatalf("%s: message %d: %v", p.Label(), j, err)
+			}
+			var v any
+			if err := json.Unmarshal(msg, &v); err != nil {
+				t.Fatalf("%s: message %d %q: %v", p.Label(), j, msg, err)
+			}
+			got[i][j] = normalizeGW(v, gwStep{})
+		}
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Errorf("websocket watch differs:\netcd: %v\nkvd:  %v", got[0], got[1])
+	}
+	if !strings.Contains(fmt.Sprint(got[1][1]), "dzI=") {
+		t.Errorf("second message is not the put: %v", got[1][1])
+	}
+}
+
+// wsWriteText writes one masked text frame (payload under 126 bytes).
+func wsWriteText(t *testing.T, w io.Writer, s string) {
+	t.Helper()
+	if len(s) >= 126 {
+		t.Fatalf("wsWriteText: %d bytes", len(s))
+	}
+	mask := [4]byte{1, 2, 3, 4}
+	f := []byte{0x81, 0x80 | byte(len(s)), mask[0], mask[1], mask[2], mask[3]}
+	for i := range len(s) {
+		f = append(f, s[i]^mask[i%4])
+	}
+	if _, err := w.Write(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wsReadText reads one unmasked, unfragmented data frame.
+func wsReadText(r *bufio.Reader) ([]byte, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, err
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var b [2]byte
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return nil, err
+		}
+		n = uint64(b[0])<<8 | uint64(b[1])
+	case 127:
+		var b [8]byte
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return nil, err
+		}
+		n = 0
+		for _, x := range b {
+			n = n<<8 | uint64(x)
+		}
+	}
+	if h[0]&0x0f != 1 && h[0]&0x0f != 2 {
+		return nil, fmt.Errorf("frame opcode %#x", h[0]&0x0f)
+	}
+	buf := make([]byte, n)
+	_, err := io.ReadFull(r, buf)
+	return buf, err
 }
