@@ -24,6 +24,7 @@ package badger
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -510,7 +511,47 @@ func load(db *badger.DB, r io.Reader) (err error) {
 			err = fmt.Errorf("malformed snapshot: %v", p)
 		}
 	}()
-	return db.Load(r, 256)
+	return db.Load(&backupGuard{r: r}, 256)
+}
+
+// maxBackupList bounds one record of Badger's backup stream: Badger's Load
+// allocates whatever length prefix it reads, so a damaged prefix (the
+// checksum is only checked after the load) would ask for terabytes. Badger
+// writes batches of at most ~100 MB (its stream's soft limit plus one
+// entry); kvd's values are far below that.
+const maxBackupList = 256 << 20
+
+// backupGuard passes a backup stream through, checking every record's
+// 8-byte little-endian length prefix against maxBackupList before Load
+// sees it.
+type backupGuard struct {
+	r      io.Reader
+	hdr    [8]byte
+	nhdr   int    // bytes of the current length prefix seen
+	remain uint64 // bytes of the current record still to pass
+}
+
+func (g *backupGuard) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if g.remain > 0 {
+			k := min(uint64(len(b)), g.remain)
+			g.remain -= k
+			b = b[k:]
+			continue
+		}
+		c := copy(g.hdr[g.nhdr:], b)
+		g.nhdr += c
+		b = b[c:]
+		if g.nhdr == len(g.hdr) {
+			g.nhdr = 0
+			g.remain = binary.LittleEndian.Uint64(g.hdr[:])
+			if g.remain > maxBackupList {
+				return 0, fmt.Errorf("malformed snapshot: a record of %d bytes (at most %d)", g.remain, maxBackupList)
+			}
+		}
+	}
+	return n, err
 }
 
 // writeCurrent atomically points Dir/CURRENT at name.
