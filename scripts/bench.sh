@@ -35,6 +35,11 @@ usage: scripts/bench.sh [options]
       --port P         member i gets client port P+10i, peer port P+10i+1
                        (default 23790; env BENCH_PORT)
   -o, --out FILE       also write the tables to FILE
+      --json FILE      also write the results as JSON to FILE (schema
+                       "kvd-bench/1": run metadata, then per server and
+                       workload the medians and every round's figures;
+                       tools/benchplot draws SVG plots from it); like -o,
+                       relative to the repository root
       --keep-logs DIR  copy the server logs (one per member and round) to DIR
   -h, --help
 
@@ -55,6 +60,7 @@ servers=${BENCH_SERVERS:-"kvd-bolt kvd-badger etcd"}
 workloads=${BENCH_WORKLOADS:-}
 port=${BENCH_PORT:-23790}
 out=""
+json_out=""
 keep_logs=""
 # A hung server must not hang the script: each tool run gets this long.
 run_timeout=${BENCH_RUN_TIMEOUT:-300}
@@ -72,6 +78,7 @@ while [ $# -gt 0 ]; do
 	--workloads) workloads=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	-o | --out) out=$2; shift 2 ;;
+	--json) json_out=$2; shift 2 ;;
 	--keep-logs) keep_logs=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 1 ;;
@@ -333,8 +340,31 @@ leader_changes() {
 jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
 
 # Per server and workload: space-separated values, one per successful
-# round; errs sums the failed requests; fail keeps the last failure.
-declare -A rps p50 p99 p999 errs fail
+# round; errs sums the failed requests; fail keeps the last failure;
+# round_json collects one JSON object per round, measured or failed (--json).
+declare -A rps p50 p99 p999 errs fail round_json
+
+# json_str S: S as a JSON string.
+json_str() {
+	local s=$1
+	s=${s//\\/\\\\}
+	s=${s//\"/\\\"}
+	s=${s//$'\n'/\\n}
+	s=${s//$'\t'/\\t}
+	s=${s//$'\r'/\\r}
+	printf '"%s"' "$(tr -d '\000-\037' <<<"$s")"
+}
+
+# json_num V: V if it is a number, else null.
+json_num() {
+	if [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then printf '%s' "$1"; else printf 'null'; fi
+}
+
+# failed SERVER WORKLOAD ROUND TEXT: record a failed round.
+failed() {
+	fail[$1,$2]=$4
+	round_json[$1,$2]+="${round_json[$1,$2]:+,}{\"round\":$(($3 + 1)),\"failure\":$(json_str "$4")}"
+}
 
 run_workload() {
 	local s=$1 w=$2 r=$3 json rc=0
@@ -344,20 +374,22 @@ run_workload() {
 		--clients "$(workload_clients "$w")" --conns "$conns" "${bound[@]}" --warmup "$warmup" --json \
 		"${wargs[@]}" 2>"$work/run.err") || rc=$?
 	if ! members_alive "$s" "$r"; then
-		fail[$s,$w]="failed: $reason"
+		failed "$s" "$w" "$r" "failed: $reason"
 		return 1
 	fi
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
-		fail[$s,$w]="failed (exit $rc): $(tail -1 "$work/run.err")"
+		failed "$s" "$w" "$r" "failed (exit $rc): $(tail -1 "$work/run.err")"
 		return
 	fi
-	local n
-	rps[$s,$w]+="$(jfield "$json" rps) "
-	p50[$s,$w]+="$(jfield "$json" p50) "
-	p99[$s,$w]+="$(jfield "$json" p99) "
-	p999[$s,$w]+="$(jfield "$json" p99_9) "
+	local n v_rps v_p50 v_p99 v_p999
+	v_rps=$(jfield "$json" rps) v_p50=$(jfield "$json" p50) v_p99=$(jfield "$json" p99) v_p999=$(jfield "$json" p99_9)
+	rps[$s,$w]+="$v_rps "
+	p50[$s,$w]+="$v_p50 "
+	p99[$s,$w]+="$v_p99 "
+	p999[$s,$w]+="$v_p999 "
 	n=$(jfield "$json" errors)
 	errs[$s,$w]=$((${errs[$s,$w]:-0} + n))
+	round_json[$s,$w]+="${round_json[$s,$w]:+,}{\"round\":$((r + 1)),\"rps\":$(json_num "$v_rps"),\"p50_ms\":$(json_num "$v_p50"),\"p99_ms\":$(json_num "$v_p99"),\"p99_9_ms\":$(json_num "$v_p999"),\"errors\":$(json_num "$n")}"
 	if [ "$n" != 0 ]; then
 		log "$s $w: $n errors, first: $(jfield "$json" first_error)"
 	fi
@@ -372,6 +404,7 @@ save_logs() {
 
 leader_notes=""
 start=$(date +%s)
+start_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_at_start=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
 for ((r = 0; r < rounds; r++)); do
 	n=${#server_list[@]}
@@ -380,7 +413,7 @@ for ((r = 0; r < rounds; r++)); do
 		log "round $((r + 1))/$rounds, $s: starting"
 		if ! start_server "$s" "$r"; then
 			log "$s: $reason"
-			for w in $workloads; do fail[$s,$w]="failed: $reason"; done
+			for w in $workloads; do failed "$s" "$w" "$r" "failed: $reason"; done
 			save_logs "$s" "$r"
 			rm -rf "${work:?}/$s.data"
 			continue
@@ -389,7 +422,7 @@ for ((r = 0; r < rounds; r++)); do
 		dead=""
 		for w in $workloads; do
 			if [ -n "$dead" ]; then
-				fail[$s,$w]="failed: $dead"
+				failed "$s" "$w" "$r" "failed: $dead"
 				continue
 			fi
 			log "round $((r + 1))/$rounds, $s: $w"
@@ -410,7 +443,8 @@ for ((r = 0; r < rounds; r++)); do
 		rm -rf "${work:?}/$s.data"
 	done
 done
-log "done in $(($(date +%s) - start))s"
+elapsed=$(($(date +%s) - start))
+log "done in ${elapsed}s"
 
 # median, spread, ratio
 . "$root/scripts/lib/stats.sh"
@@ -472,3 +506,75 @@ if [ -n "$out" ]; then
 else
 	tables
 fi
+
+# write_json FILE: the run as JSON (schema kvd-bench/1, see
+# docs/benchmarks.md). Medians are over the rounds that measured; latencies
+# in ms; a round that failed has "failure" instead of figures.
+write_json() {
+	local f=$1 tmp s w first sep commit dirty=false cpu ver
+	commit=$(git rev-parse HEAD 2>/dev/null || echo "")
+	[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && dirty=true
+	cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
+	mkdir -p "$(dirname "$f")"
+	tmp=$f.tmp.$$
+	{
+		printf '{\n  "schema": "kvd-bench/1",\n'
+		printf '  "date": %s,\n' "$(json_str "$start_date")"
+		printf '  "git_commit": %s,\n  "git_dirty": %s,\n' "$(json_str "$commit")" "$dirty"
+		printf '  "go_version": %s,\n' "$(json_str "$(go env GOVERSION)")"
+		printf '  "machine": {"cores": %s, "cpu_model": %s, "os": %s, "load_average_at_start": %s},\n' \
+			"$(json_num "$(nproc 2>/dev/null)")" "$(json_str "$cpu")" "$(json_str "$(uname -sr)")" \
+			"$(json_num "$load_at_start")"
+		sep=""
+		printf '  "versions": {'
+		for s in kvd etcd; do
+			[ -n "${bin_of[$s]:-}" ] || continue
+			ver=$("${bin_of[$s]}" --version 2>/dev/null | head -1) || ver=""
+			printf '%s%s: %s' "$sep" "$(json_str "$s")" "$(json_str "$ver")"
+			sep=", "
+		done
+		printf '},\n'
+		printf '  "duration": %s,\n  "total": %s,\n  "warmup": %s,\n' \
+			"$([ -n "$total" ] && echo null || json_str "$duration")" \
+			"$([ -n "$total" ] && json_num "$total" || echo null)" "$(json_str "$warmup")"
+		printf '  "rounds": %s,\n  "members": %s,\n  "conns": %s,\n  "elapsed_seconds": %s,\n' \
+			"$rounds" "$members" "$conns" "$elapsed"
+		printf '  "servers": ['
+		sep=""
+		for s in "${server_list[@]}"; do printf '%s%s' "$sep" "$(json_str "$s")"; sep=", "; done
+		printf '],\n  "workloads": [\n'
+		first=1
+		for w in $workloads; do
+			[ -n "$first" ] || printf ',\n'
+			first=""
+			printf '    {"name": %s, "label": %s, "clients": %s, "command": %s}' "$(json_str "$w")" \
+				"$(json_str "$(workload_label "$w")")" "$(workload_clients "$w")" "$(json_str "$(workload_args "$w")")"
+		done
+		printf '\n  ],\n  "results": [\n'
+		first=1
+		for s in "${server_list[@]}"; do
+			for w in $workloads; do
+				[ -n "$first" ] || printf ',\n'
+				first=""
+				printf '    {"server": %s, "workload": %s, "label": %s, "clients": %s, "members": %s,\n' \
+					"$(json_str "$s")" "$(json_str "$w")" "$(json_str "$(workload_label "$w")")" \
+					"$(workload_clients "$w")" "$members"
+				if [ -n "${rps[$s,$w]:-}" ]; then
+					printf '     "median": {"rps": %s, "p50_ms": %s, "p99_ms": %s, "p99_9_ms": %s},\n' \
+						"$(json_num "$(median "${rps[$s,$w]}")")" "$(json_num "$(median "${p50[$s,$w]}")")" \
+						"$(json_num "$(median "${p99[$s,$w]}")")" "$(json_num "$(median "${p999[$s,$w]}")")"
+				else
+					printf '     "median": null,\n'
+				fi
+				printf '     "errors": %s,\n' "${errs[$s,$w]:-0}"
+				printf '     "failure": %s,\n' "$([ -n "${fail[$s,$w]:-}" ] && json_str "${fail[$s,$w]}" || echo null)"
+				printf '     "per_round": [%s]}' "${round_json[$s,$w]:-}"
+			done
+		done
+		printf '\n  ],\n  "notes": %s\n}\n' "$([ -n "$leader_notes" ] && json_str "${leader_notes% }" || echo null)"
+	} >"$tmp"
+	mv "$tmp" "$f"
+	log "wrote $f"
+}
+
+[ -z "$json_out" ] || write_json "$json_out"
