@@ -1,7 +1,8 @@
 // Package gateway serves etcd's JSON gateway (grpc-gateway) under /v3/ on
 // the client port, as etcd's embed/serve.go registerGateway does: a gRPC
-// client connection to the member's own client listener and the stubs that
-// ship with go.etcd.io/etcd/api/v3 (etcdserverpb/gw). Requests go through
+// client connection to the member's own client listener (over TLS for an
+// https one) and the stubs that ship with go.etcd.io/etcd/api/v3
+// (etcdserverpb/gw). Requests go through
 // the gRPC server, so its size limit, auth and interceptors apply as for
 // any gRPC client. Streams (/v3/watch, /v3/lease/keepalive) are also served
 // over websockets, as etcd wraps the gateway in tmc/grpc-websocket-proxy.
@@ -19,6 +20,7 @@ import (
 	etcdservergw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -29,14 +31,19 @@ type Gateway struct {
 	conn *grpc.ClientConn
 }
 
-// New returns the gateway forwarding to the plaintext gRPC server at addr
-// (a listener's address; an unspecified host is dialed on loopback). The
-// connection is made lazily, so the listener need not serve yet.
-func New(ctx context.Context, addr net.Addr, lg *zap.Logger) (*Gateway, error) {
+// New returns the gateway forwarding to the gRPC server at addr (a
+// listener's address; an unspecified host is dialed on loopback) with creds:
+// nil for a plaintext listener, the member's loopback TLS credentials for an
+// https one. The connection is made lazily, so the listener need not serve
+// yet.
+func New(ctx context.Context, addr net.Addr, creds credentials.TransportCredentials, lg *zap.Logger) (*Gateway, error) {
 	target := dialTarget(addr)
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	conn, err := grpc.NewClient(target,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("grpc gateway: dial %s: %w", target, err)

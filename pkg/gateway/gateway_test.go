@@ -29,7 +29,7 @@ func TestDialTarget(t *testing.T) {
 
 // Bad input is answered by grpc-gateway without reaching the gRPC server.
 func TestBadInput(t *testing.T) {
-	g, err := New(context.Background(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, zap.NewNop())
+	g, err := New(context.Background(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, nil, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

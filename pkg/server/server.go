@@ -33,7 +33,6 @@ import (
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/engine"
 	"github.com/kvd-dev/kvd/pkg/failpoint"
-	"github.com/kvd-dev/kvd/pkg/gateway"
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
@@ -402,12 +401,15 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	// etcd's JSON gateway is mounted at /v3/ once the listeners are bound
-	// (it dials the member's own plaintext client listener; not with TLS).
-	hmux := http.NewServeMux()
-	hmux.Handle("/", httpHandler(s, mt, c.EnablePprof))
-	var gwy *gateway.Gateway
-	hsrv := &http.Server{Handler: hmux, ReadHeaderTimeout: 10 * time.Second}
+	// etcd's JSON gateway serves /v3/ on each listener once they are bound
+	// (clientgw.go). Plaintext and TLS listeners get their own HTTP server,
+	// each forwarding on a gateway connection of its kind.
+	base := httpHandler(s, mt, c.EnablePprof)
+	gws := &clientGateways{}
+	certAuth := c.ClientTLS.ClientCertAuth
+	hsrv := &http.Server{Handler: gws.handler(base, false, certAuth, s.Auth.Enabled), ReadHeaderTimeout: 10 * time.Second}
+	hsrvTLS := &http.Server{Handler: gws.handler(base, true, certAuth, s.Auth.Enabled), ReadHeaderTimeout: 10 * time.Second,
+		Protocols: clientHTTPProtocols(), ConnContext: withTLSState}
 	if tlsInfo != nil {
 		hsrv.Protocols = clientHTTPProtocols()
 	}
@@ -420,11 +422,12 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 				return err
 			}
 			for i, ln := range lns {
-				if urls[i].Scheme != "https" && gwy == nil {
-					if gwy, err = gateway.New(context.Background(), ln.Addr(), lg.Named("gateway")); err != nil {
-						return err
-					}
-					hmux.Handle("/v3/", gwy)
+				var info *tlsconf.Info
+				if urls[i].Scheme == "https" {
+					info = tlsInfo
+				}
+				if err := gws.add(ln, info, lg); err != nil {
+					return err
 				}
 				if urls[i].Scheme == "https" {
 					splits = append(splits, newTLSSplitListener(ln, tlsInfo.ServerConfig(clientProtos...), fails, lg))
@@ -446,7 +449,11 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 						}
 					}(sl)
 					go func(sl *splitListener) {
-						if err := hsrv.Serve(sl.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						srv := hsrv
+						if sl.tls != nil {
+							srv = hsrvTLS
+						}
+						if err := srv.Serve(sl.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
 							lg.Warn("http serve ended", zap.Error(err))
 						}
 					}(sl)
@@ -457,9 +464,8 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 		OnStop: func(ctx context.Context) error {
 			close(stopc)
 			_ = hsrv.Close()
-			if gwy != nil {
-				_ = gwy.Close()
-			}
+			_ = hsrvTLS.Close()
+			gws.Close()
 			done := make(chan struct{})
 			go func() { g.GracefulStop(); close(done) }()
 			select {

@@ -185,3 +185,32 @@ func (f *FailureLog) Note(remote net.Addr, err error) {
 	}
 	f.lg.Warn("TLS handshake failed; connection refused", fields...)
 }
+
+// LoopbackCredentials returns the credentials the member's JSON gateway dials
+// its own https client listener with, as etcd's gateway does: the server is
+// the member itself, so its certificate is not verified, and the member
+// presents its client certificate (client-cert-file, else cert-file, read
+// again when rotated), which client-cert-auth then checks as any other.
+func (i *Info) LoopbackCredentials() credentials.TransportCredentials {
+	return &loopbackCreds{clientCreds{i: i}}
+}
+
+type loopbackCreds struct{ clientCreds }
+
+func (c *loopbackCreds) ClientHandshake(ctx context.Context, _ string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	cfg := c.i.ClientConfig("")
+	cfg.InsecureSkipVerify = true
+	cfg.VerifyConnection = nil
+	cfg.NextProtos = []string{"h2"}
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, nil, err
+	}
+	return tc, AuthInfo(tc.ConnectionState()), nil
+}
+
+func (c *loopbackCreds) Clone() credentials.TransportCredentials {
+	cp := *c
+	return &cp
+}
