@@ -14,6 +14,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 
 	gw "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/tmc/grpc-websocket-proxy/wsproxy"
@@ -50,6 +51,7 @@ func New(ctx context.Context, addr net.Addr, creds credentials.TransportCredenti
 	}
 	// etcd's marshaler options (embed/serve.go registerGateway).
 	mux := gw.NewServeMux(
+		gw.WithIncomingHeaderMatcher(headerMatcher),
 		gw.WithMarshalerOption(gw.MIMEWildcard,
 			&gw.HTTPBodyMarshaler{
 				Marshaler: &gw.JSONPb{
@@ -86,6 +88,19 @@ func New(ctx context.Context, addr net.Addr, creds credentials.TransportCredenti
 
 // Close closes the gateway's connection to the gRPC server.
 func (g *Gateway) Close() error { return g.conn.Close() }
+
+// headerMatcher forwards the caller's W3C trace context (traceparent,
+// tracestate) as gRPC metadata, where the member's gRPC server picks it up
+// like any gRPC caller's: a gateway request joins the caller's trace, its
+// server span a child of the caller's span. The rest is grpc-gateway's
+// default (permanent request headers as grpcgateway-*, Grpc-Metadata-*).
+func headerMatcher(key string) (string, bool) {
+	switch k := strings.ToLower(key); k {
+	case "traceparent", "tracestate":
+		return k, true
+	}
+	return gw.DefaultHeaderMatcher(key)
+}
 
 func dialTarget(addr net.Addr) string {
 	ta, ok := addr.(*net.TCPAddr)
