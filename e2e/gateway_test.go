@@ -80,6 +80,11 @@ func TestGatewayDiff(t *testing.T) {
 		{name: "unknown field", path: "/v3/kv/put", body: `{"key":"Zm9v","value":"YmFy","nope":1}`},
 		{name: "unknown path", path: "/v3/kv/nope", body: `{}`},
 		{name: "empty key", path: "/v3/kv/put", body: `{"value":"YmFy"}`},
+		// Over max-request-bytes (1.5 MiB), and over the gRPC message
+		// limit above it (2 MiB).
+		{name: "put 1.6 MB", path: "/v3/kv/put", body: `{"key":"Ymln","value":"` + strings.Repeat("QUFB", 1600000/3) + `"}`},
+		{name: "put 3 MB", path: "/v3/kv/put", body: `{"key":"Ymln","value":"` + strings.Repeat("QUFB", 3000000/3) + `"}`},
+		{name: "range big", path: "/v3/kv/range", body: `{"key":"Ymln","count_only":true}`},
 		// Auth through the gateway.
 		{name: "user add", path: "/v3/auth/user/add", body: `{"name":"root","password":"pw"}`},
 		{name: "user grant root", path: "/v3/auth/user/grant", body: `{"user":"root","role":"root"}`},
