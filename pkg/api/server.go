@@ -239,8 +239,13 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	defer cancel()
 
 	cctx, commit := s.span(ctx, "raft.commit")
-	ch := s.Registry.Register(cctx, id)
 	pctx, pspan := s.span(ctx, "raft.propose")
+	var ch <-chan apply.Result
+	if s.tracing {
+		ch = s.Registry.RegisterTraced(cctx, pctx, id)
+	} else {
+		ch = s.Registry.Register(cctx, id)
+	}
 	err = s.Raft.Propose(pctx, data)
 	pspan.End()
 	if err != nil {

@@ -337,7 +337,7 @@ func (a *Applier) maybeSnapshot() error {
 }
 
 func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) (res Result) {
-	span := a.startSpan(req)
+	span := a.startSpan(b, req)
 	defer span.End()
 	defer a.slow.Apply(time.Now(), req, &res)
 	if req.Alarm != nil {
@@ -432,16 +432,20 @@ func (a *Applier) applyTxnLike(b *mvcc.Batch, fn func(*mvcc.TxnWrite, *precheck)
 }
 
 // startSpan ends the request's "raft.commit" span (the API registered its
-// context) and starts its "apply" span.
-func (a *Applier) startSpan(req *pb.InternalRaftRequest) trace.Span {
-	var ctx context.Context
+// context) and starts its "apply" span. The batch links the proposal, so
+// the backend commit that makes its writes durable links to it.
+func (a *Applier) startSpan(b *mvcc.Batch, req *pb.InternalRaftRequest) trace.Span {
+	var ctx, proposal context.Context
 	if a.cfg.Tracer != nil {
-		ctx = a.cfg.Registry.Context(req.GetHeader().GetID())
+		ctx, proposal = a.cfg.Registry.Context(req.GetHeader().GetID())
 	}
 	if ctx == nil {
 		return trace.SpanFromContext(context.Background())
 	}
 	trace.SpanFromContext(ctx).End()
+	if proposal != nil {
+		b.Link(trace.SpanContextFromContext(proposal))
+	}
 	_, span := a.cfg.Tracer.Start(ctx, "apply")
 	return span
 }

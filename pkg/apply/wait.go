@@ -18,7 +18,10 @@ type Result struct {
 
 type waiter struct {
 	ctx context.Context
-	ch  chan Result
+	// proposal is the context of the proposal's raft.propose span, nil
+	// unless traced.
+	proposal context.Context
+	ch       chan Result
 }
 
 // Registry hands results from the applier to the API call waiting on a
@@ -34,9 +37,16 @@ func NewRegistry() *Registry { return &Registry{m: make(map[uint64]waiter)} }
 // Register returns the channel that receives id's result. ctx travels to the
 // applier for tracing.
 func (r *Registry) Register(ctx context.Context, id uint64) <-chan Result {
+	return r.RegisterTraced(ctx, nil, id)
+}
+
+// RegisterTraced is Register for a traced proposal: proposal, the context
+// of its raft.propose span, travels to the applier too, which links the
+// backend commit of the proposal's writes to it.
+func (r *Registry) RegisterTraced(ctx, proposal context.Context, id uint64) <-chan Result {
 	ch := make(chan Result, 1)
 	r.mu.Lock()
-	r.m[id] = waiter{ctx: ctx, ch: ch}
+	r.m[id] = waiter{ctx: ctx, proposal: proposal, ch: ch}
 	r.mu.Unlock()
 	return ch
 }
@@ -48,15 +58,16 @@ func (r *Registry) Cancel(id uint64) {
 	r.mu.Unlock()
 }
 
-// Context is the context id was registered with, or nil: requests proposed by
-// another member have no waiter here.
-func (r *Registry) Context(id uint64) context.Context {
+// Context is the context id was registered with and its proposal's
+// context (RegisterTraced), or nils: requests proposed by another member
+// have no waiter here.
+func (r *Registry) Context(id uint64) (ctx, proposal context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w, ok := r.m[id]; ok {
-		return w.ctx
+		return w.ctx, w.proposal
 	}
-	return nil
+	return nil, nil
 }
 
 // Trigger delivers id's result, if anyone waits for it.

@@ -1,11 +1,15 @@
 package mvcc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -54,6 +58,9 @@ type wbuf struct {
 	// bytes estimates the backend update the buffer makes, as Badger counts
 	// it (key + value + bucket + 14 per write).
 	bytes int
+	// links are the span contexts of the sampled proposals whose writes the
+	// buffer holds (Batch.Link); nil when none was traced.
+	links []trace.Link
 }
 
 const initialBufEntries = 256
@@ -152,9 +159,11 @@ type flusher struct {
 	s        *Store
 	interval time.Duration
 	onCommit func(time.Duration)
-	reqc     chan flushReq
-	stopc    chan struct{}
-	donec    chan struct{}
+	// tracer, if set, traces the commits of buffers with links.
+	tracer trace.Tracer
+	reqc   chan flushReq
+	stopc  chan struct{}
+	donec  chan struct{}
 	// err is the first failed commit; the flusher commits nothing after it.
 	// Flusher goroutine only.
 	err error
@@ -245,6 +254,9 @@ func (f *flusher) flush(reqs []flushReq) {
 		if err == nil && f.onCommit != nil {
 			f.onCommit(time.Since(start))
 		}
+		if f.tracer != nil && len(w.links) > 0 {
+			f.traceCommit(w, start, err)
+		}
 		if err != nil {
 			f.err = err
 			s.flushFailed.Store(&err)
@@ -261,6 +273,27 @@ func (f *flusher) flush(reqs []flushReq) {
 		return
 	}
 	reply(true, nil)
+}
+
+// traceCommit records the commit of w that began at start as a
+// "backend.commit" span. It is a root: the commit serves many requests,
+// each in its own trace; it links to each traced proposal whose writes it
+// made durable in the backend. (The WAL made them durable first; this is
+// when the backend caught up.)
+func (f *flusher) traceCommit(w *wbuf, start time.Time, err error) {
+	_, span := f.tracer.Start(context.Background(), "backend.commit",
+		trace.WithNewRoot(),
+		trace.WithTimestamp(start),
+		trace.WithLinks(w.links...),
+		trace.WithAttributes(
+			attribute.Int("kvd.backend.writes", len(w.ents)+len(w.meta)+len(w.aux)),
+			attribute.Int("kvd.backend.bytes", w.bytes),
+		))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "backend commit failed")
+	}
+	span.End()
 }
 
 // freeze swaps in a new active buffer and publishes the old one as frozen.

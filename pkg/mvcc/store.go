@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -121,6 +122,10 @@ type Options struct {
 	// writes took (etcd's etcd_disk_backend_commit_duration_seconds). It
 	// runs on the flusher goroutine.
 	OnCommit func(time.Duration)
+	// Tracer, if set, traces each backend commit that carries writes of
+	// traced proposals (Batch.Link): a "backend.commit" span linked to
+	// them. nil: no span work at all.
+	Tracer trace.Tracer
 	// ExternalCompactor leaves running the compactor to the caller, who
 	// runs Store.Compactor (the member, in its actor group, so a failed
 	// compaction stops the member). Otherwise Open starts it on a goroutine
@@ -145,6 +150,7 @@ func OpenWithOptions(be backend.Backend, o Options) (*Store, error) {
 		batchLimit:        o.BatchLimit,
 		batchBytes:        o.BatchBytes,
 		onCommit:          o.OnCommit,
+		tracer:            o.Tracer,
 		externalCompactor: o.ExternalCompactor,
 	})
 }
@@ -157,6 +163,7 @@ type config struct {
 	batchLimit        int
 	batchBytes        int
 	onCommit          func(time.Duration)
+	tracer            trace.Tracer
 	externalCompactor bool
 	// afterCompactChunk is called by the compactor after each chunk.
 	afterCompactChunk func(s *Store, rev int64)
@@ -192,6 +199,7 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	}
 	s.flusher.init(s, cfg.batchInterval)
 	s.flusher.onCommit = cfg.onCommit
+	s.flusher.tracer = cfg.tracer
 
 	scheduled, err := s.restore()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
@@ -41,8 +42,21 @@ type Batch struct {
 	ci, term    uint64
 	setCI       bool
 	open        *TxnWrite
+	// links are the proposals traced in this batch (Link); they join the
+	// active buffer's when the batch is applied.
+	links []trace.Link
 	// err is the first error of a write; it fails the batch.
 	err error
+}
+
+// Link records that the batch applies the writes of the proposal traced
+// as sc: the backend commit that makes them durable links to it (with a
+// tracer in Options). Only sampled span contexts are kept, so callers may
+// pass any; without tracing nobody calls it and a batch carries nothing.
+func (b *Batch) Link(sc trace.SpanContext) {
+	if sc.IsSampled() {
+		b.links = append(b.links, trace.Link{SpanContext: sc})
+	}
 }
 
 type metaWrite struct {
@@ -118,6 +132,7 @@ func (s *Store) apply(fn func(b *Batch) error) (full bool, err error) {
 		}
 		w.aux[a.k] = a.w
 	}
+	w.links = append(w.links, b.links...)
 	s.publishActive()
 	s.rev.Store(b.rev)
 	if b.setCI {

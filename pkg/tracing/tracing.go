@@ -9,7 +9,9 @@
 //   - endpoint: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT, then tracing.endpoint
 //   - protocol: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, then tracing.protocol (grpc)
 //   - service.name: OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, then tracing.service-name ("kvd")
-//   - sampler: OTEL_TRACES_SAMPLER(_ARG), then parent-based tracing.sampling-ratio
+//   - sampler: OTEL_TRACES_SAMPLER(_ARG), then parent-based tracing.sampling-ratio,
+//     under which a new root span that links to a sampled span (the backend
+//     commit's) is sampled too
 //
 // OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn tracing off.
 package tracing
@@ -51,7 +53,7 @@ func Setup(ctx context.Context, c config.Tracing, lg *zap.Logger) (trace.TracerP
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	otel.SetTextMapPropagator(Propagator())
 	noShutdown := func(context.Context) error { return nil }
 
 	if !enabled(c) {
@@ -89,7 +91,7 @@ func Setup(ctx context.Context, c config.Tracing, lg *zap.Logger) (trace.TracerP
 	sampler := "env " + os.Getenv("OTEL_TRACES_SAMPLER")
 	if os.Getenv("OTEL_TRACES_SAMPLER") == "" {
 		// Without the option the SDK reads OTEL_TRACES_SAMPLER itself.
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SamplingRatio))))
+		opts = append(opts, sdktrace.WithSampler(linkedSampler{sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SamplingRatio))}))
 		sampler = fmt.Sprintf("parent-based ratio %g", c.SamplingRatio)
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -110,6 +112,46 @@ func Setup(ctx context.Context, c config.Tracing, lg *zap.Logger) (trace.TracerP
 		zap.String("sampler", sampler),
 	)
 	return tp, tp.Shutdown, nil
+}
+
+// Propagator is the text-map propagator of kvd's trace context: W3C Trace
+// Context (traceparent, tracestate) and Baggage. A malformed traceparent is
+// ignored by it: the request then starts a new trace.
+func Propagator() propagation.TextMapPropagator {
+	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+}
+
+// Enabled reports whether tp is a provider Setup built to export spans;
+// false for the noop provider it returns when tracing is off (or nil), so
+// callers can leave out span work entirely.
+func Enabled(tp trace.TracerProvider) bool {
+	if tp == nil {
+		return false
+	}
+	_, off := tp.(noop.TracerProvider)
+	return !off
+}
+
+// linkedSampler samples every new root span that links to a sampled span,
+// and leaves all other decisions to base. The backend commit span is such a
+// root (it commits the writes of many proposals, each in its own trace):
+// whenever one of its proposals is sampled, so is the commit that made that
+// proposal's write durable in the backend, whatever the ratio.
+type linkedSampler struct{ base sdktrace.Sampler }
+
+func (s linkedSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if !trace.SpanContextFromContext(p.ParentContext).IsValid() {
+		for _, l := range p.Links {
+			if l.SpanContext.IsSampled() {
+				return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+			}
+		}
+	}
+	return s.base.ShouldSample(p)
+}
+
+func (s linkedSampler) Description() string {
+	return "LinkedSampled{" + s.base.Description() + "}"
 }
 
 func enabled(c config.Tracing) bool {

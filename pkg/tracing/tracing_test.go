@@ -284,3 +284,59 @@ func TestBadProtocol(t *testing.T) {
 		t.Fatal("Setup accepted protocol thrift")
 	}
 }
+
+func TestEnabled(t *testing.T) {
+	clearEnv(t)
+	tp, shutdown, err := Setup(context.Background(), config.Default().Tracing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+	if Enabled(tp) || Enabled(nil) {
+		t.Error("Enabled true for the noop provider")
+	}
+	c := config.Default().Tracing
+	c.Enabled, c.Endpoint = true, "http://127.0.0.1:1"
+	tp, shutdown2, err := Setup(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shutdown2(context.Background()) }()
+	if !Enabled(tp) {
+		t.Error("Enabled false for an exporting provider")
+	}
+}
+
+// A new root that links to a sampled span is sampled whatever the ratio
+// (the backend commit span and its proposals); others follow the ratio.
+func TestLinkedRootSampled(t *testing.T) {
+	clearEnv(t)
+	c := config.Default().Tracing
+	c.Enabled, c.Endpoint, c.SamplingRatio = true, "http://127.0.0.1:1", 0
+	tp, shutdown, err := Setup(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+	sampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+	unsampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{2}, SpanID: trace.SpanID{2}})
+	for _, tc := range []struct {
+		links []trace.Link
+		want  bool
+	}{
+		{nil, false},
+		{[]trace.Link{{SpanContext: unsampled}}, false},
+		{[]trace.Link{{SpanContext: unsampled}, {SpanContext: sampled}}, true},
+	} {
+		_, s := tp.Tracer("x").Start(context.Background(), "backend.commit", trace.WithNewRoot(), trace.WithLinks(tc.links...))
+		if got := s.SpanContext().IsSampled(); got != tc.want {
+			t.Errorf("links %v: sampled %v, want %v", tc.links, got, tc.want)
+		}
+		// Not ended: nothing to export to the closed port at shutdown.
+	}
+	// An unsampled parent still decides for its children, links or not.
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), unsampled)
+	if _, s := tp.Tracer("x").Start(ctx, "child", trace.WithLinks(trace.Link{SpanContext: sampled})); s.SpanContext().IsSampled() {
+		t.Error("child of an unsampled parent sampled through a link")
+	}
+}
