@@ -444,6 +444,7 @@ for ((r = 0; r < rounds; r++)); do
 	done
 done
 elapsed=$(($(date +%s) - start))
+load_at_end=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
 log "done in ${elapsed}s"
 
 # median, spread, ratio
@@ -522,9 +523,9 @@ write_json() {
 		printf '  "date": %s,\n' "$(json_str "$start_date")"
 		printf '  "git_commit": %s,\n  "git_dirty": %s,\n' "$(json_str "$commit")" "$dirty"
 		printf '  "go_version": %s,\n' "$(json_str "$(go env GOVERSION)")"
-		printf '  "machine": {"cores": %s, "cpu_model": %s, "os": %s, "load_average_at_start": %s},\n' \
+		printf '  "machine": {"cores": %s, "cpu_model": %s, "os": %s, "load_average_at_start": %s, "load_average_at_end": %s},\n' \
 			"$(json_num "$(nproc 2>/dev/null)")" "$(json_str "$cpu")" "$(json_str "$(uname -sr)")" \
-			"$(json_num "$load_at_start")"
+			"$(json_num "$load_at_start")" "$(json_num "$load_at_end")"
 		sep=""
 		printf '  "versions": {'
 		for s in kvd etcd; do
