@@ -462,7 +462,9 @@ func learnerAllowed(req any) bool {
 	return false
 }
 
-func etcdMethod(full string) bool { return strings.HasPrefix(full, "/etcdserverpb.") }
+func etcdMethod(full string) bool {
+	return strings.HasPrefix(full, "/etcdserverpb.") || strings.HasPrefix(full, "/v3lockpb.") || strings.HasPrefix(full, "/v3electionpb.")
+}
 
 // requireLeader reports whether the client asked to be refused when this
 // member has no leader (clientv3.WithRequireLeader).

@@ -47,6 +47,11 @@ func (s *Store) Identify(ctx context.Context, t string, hasToken, certCN bool) (
 	return certUser(ctx, st.rev), nil
 }
 
+// RelayedMetadataKey marks a call the member makes for another caller over
+// its own loopback connection (pkg/lockelection): its certificate is the
+// member's, so like a gateway's it never names the user.
+const RelayedMetadataKey = "kvd-relayed"
+
 // certUser is the CommonName of the first verified chain's leaf. A request
 // relayed by a gateway carries the gateway's certificate, never the user's,
 // so its CN is ignored, as etcd does.
@@ -63,7 +68,8 @@ func certUser(ctx context.Context, rev uint64) Info {
 		if len(chain) == 0 {
 			continue
 		}
-		if len(metadata.ValueFromIncomingContext(ctx, "grpcgateway-accept")) > 0 {
+		if len(metadata.ValueFromIncomingContext(ctx, "grpcgateway-accept")) > 0 ||
+			len(metadata.ValueFromIncomingContext(ctx, RelayedMetadataKey)) > 0 {
 			return Info{}
 		}
 		return Info{User: chain[0].Subject.CommonName, Revision: rev}

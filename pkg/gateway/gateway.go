@@ -24,6 +24,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	v3electiongw "github.com/kvd-dev/kvd/pkg/lockelection/v3electionpb/gw"
+	v3lockgw "github.com/kvd-dev/kvd/pkg/lockelection/v3lockpb/gw"
 )
 
 // Gateway is the /v3/ handler and the connection it forwards on.
@@ -68,6 +71,8 @@ func New(ctx context.Context, addr net.Addr, creds credentials.TransportCredenti
 		etcdservergw.RegisterClusterHandler,
 		etcdservergw.RegisterMaintenanceHandler,
 		etcdservergw.RegisterAuthHandler,
+		v3lockgw.RegisterLockHandler,
+		v3electiongw.RegisterElectionHandler,
 	} {
 		if err := register(ctx, mux, conn); err != nil {
 			_ = conn.Close()

@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvd-dev/kvd/pkg/gateway"
+	"github.com/kvd-dev/kvd/pkg/lockelection"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
 )
 
@@ -19,14 +21,25 @@ import (
 // (tlsconf.LoopbackCredentials). A request is forwarded on the connection of
 // its own kind, so an https caller's request never leaves TLS and
 // client-cert-auth applies to the gateway's connection as to any client.
+//
+// le, the Lock and Election services, dials one of the same listeners
+// (lockelection.Service.Use prefers a plaintext one).
 type clientGateways struct {
 	plain, tls *gateway.Gateway
+	le         *lockelection.Service
 }
 
 // add makes the gateway for ln's kind if there is none yet. It runs before
 // the listeners serve, so handler reads the fields without a lock.
 func (g *clientGateways) add(ln net.Listener, info *tlsconf.Info, lg *zap.Logger) error {
 	var err error
+	if g.le != nil {
+		var creds credentials.TransportCredentials
+		if info != nil {
+			creds = info.LoopbackCredentials()
+		}
+		g.le.Use(ln.Addr(), creds)
+	}
 	switch {
 	case info != nil && g.tls == nil:
 		g.tls, err = gateway.New(context.Background(), ln.Addr(), info.LoopbackCredentials(), lg.Named("gateway"))
@@ -117,6 +130,9 @@ func tlsStateOf(ctx context.Context) *tls.ConnectionState {
 }
 
 func (g *clientGateways) Close() {
+	if g.le != nil {
+		_ = g.le.Close()
+	}
 	for _, gw := range []*gateway.Gateway{g.plain, g.tls} {
 		if gw != nil {
 			_ = gw.Close()

@@ -15,9 +15,7 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -35,6 +33,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
+	"github.com/kvd-dev/kvd/pkg/lockelection"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/migrate"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -42,7 +41,6 @@ import (
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
-	"github.com/kvd-dev/kvd/pkg/tracing"
 	"github.com/kvd-dev/kvd/pkg/transport"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
@@ -60,6 +58,7 @@ const grpcOverheadBytes = 512 * 1024
 func Module() fx.Option {
 	return fx.Options(
 		fx.Provide(
+			newTracing,
 			newTracer,
 			newBackend,
 			newStore,
@@ -88,20 +87,6 @@ func Module() fx.Option {
 		fx.Invoke(startCompactor),
 		fx.Invoke(startCorruptMonitor),
 	)
-}
-
-func newTracer(lc fx.Lifecycle, c *config.Config, lg *zap.Logger) (trace.Tracer, error) {
-	tp, shutdown, err := tracing.Setup(context.Background(), c.Tracing, lg)
-	if err != nil {
-		return nil, fmt.Errorf("tracing: %w", err)
-	}
-	otel.SetTracerProvider(tp)
-	lc.Append(fx.Hook{OnStop: shutdown})
-	if _, off := tp.(noop.TracerProvider); off {
-		// No tracer at all: the actors then skip span bookkeeping.
-		return nil, nil
-	}
-	return tp.Tracer("kvd"), nil
 }
 
 // newBackend opens the backend once the identity check passed.
@@ -157,13 +142,14 @@ func openBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
 	return engine.Open(c, c.Backend.Engine, c.BackendDir(), lg)
 }
 
-func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHistograms, lg *zap.Logger) (*mvcc.Store, error) {
+func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHistograms, tr trace.Tracer, lg *zap.Logger) (*mvcc.Store, error) {
 	s, err := mvcc.OpenWithOptions(be, mvcc.Options{
 		Logger:            lg.Named("mvcc"),
 		BatchInterval:     c.BackendBatchInterval.Std(),
 		BatchLimit:        c.BackendBatchLimit,
 		CompactBatchLimit: c.CompactionBatchLimit,
 		OnCommit:          func(d time.Duration) { disk.backendCommit.Observe(d.Seconds()) },
+		Tracer:            tr,
 		// startActors runs it in the actor group: a failed compaction stops
 		// the member.
 		ExternalCompactor: true,
@@ -369,7 +355,7 @@ func startActors(lc fx.Lifecycle, a *Actors, st *mvcc.Store) {
 // this member's attributes are published (as etcd: a client that connects
 // earlier waits), so MemberList on any member already shows its client URLs.
 // An https URL serves gRPC and HTTP over TLS on one port (tlssplit.go).
-func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, mt *Metrics, lg *zap.Logger) error {
+func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, mt *Metrics, tr *memberTracing, lg *zap.Logger) error {
 	urls, err := c.ClientURLs()
 	if err != nil {
 		return fmt.Errorf("listen-client-urls: %w", err)
@@ -381,6 +367,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 		grpc.MaxSendMsgSize(math.MaxInt32),
 	}
 	opts = append(opts, clientStreamOptions(c)...)
+	opts = append(opts, tracingServerOptions(tr)...)
 	warnPlainWithTLS(lg, "listen-client-urls", "client-transport-security", c.ClientTLS, urls)
 	var (
 		tlsInfo *tlsconf.Info
@@ -405,7 +392,8 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	// (clientgw.go). Plaintext and TLS listeners get their own HTTP server,
 	// each forwarding on a gateway connection of its kind.
 	base := httpHandler(s, mt, c.EnablePprof)
-	gws := &clientGateways{}
+	gws := &clientGateways{le: lockelection.New(lg.Named("lockelection"))}
+	gws.le.Register(g) // etcd's v3lock and v3election services
 	certAuth := c.ClientTLS.ClientCertAuth
 	hsrv := &http.Server{Handler: gws.handler(base, false, certAuth, s.Auth.Enabled), ReadHeaderTimeout: 10 * time.Second}
 	hsrvTLS := &http.Server{Handler: gws.handler(base, true, certAuth, s.Auth.Enabled), ReadHeaderTimeout: 10 * time.Second,
