@@ -49,3 +49,10 @@ func (in *Inbox[T]) Take() []T {
 	in.spare = out
 	return out
 }
+
+// Len returns how many items are queued (for metrics: it takes the lock).
+func (in *Inbox[T]) Len() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.items)
+}

@@ -116,6 +116,11 @@ type Deps struct {
 	// SlowReadIndexes, if set, counts linearizable reads whose read index
 	// round timed out (etcd_server_slow_read_indexes_total).
 	SlowReadIndexes apply.Counter
+	// ProposalsFailed, if set, counts proposals raft refused or that
+	// timed out before they were applied (etcd_server_proposals_failed_total);
+	// ReadIndexesFailed counts failed read index rounds
+	// (etcd_server_read_indexes_failed_total).
+	ProposalsFailed, ReadIndexesFailed apply.Counter
 }
 
 // Server implements the services.
@@ -251,6 +256,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	if err != nil {
 		s.Registry.Cancel(id)
 		commit.End()
+		s.count(s.ProposalsFailed)
 		return apply.Result{}, s.raftErr(ctx, err)
 	}
 	select {
@@ -259,7 +265,15 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	case <-ctx.Done():
 		s.Registry.Cancel(id)
 		commit.End()
+		s.count(s.ProposalsFailed)
 		return apply.Result{}, s.raftErr(ctx, ctx.Err())
+	}
+}
+
+// count increments c if it is set.
+func (s *Server) count(c apply.Counter) {
+	if c != nil {
+		c.Inc()
 	}
 }
 
@@ -276,6 +290,7 @@ func (s *Server) linearize(ctx context.Context) error {
 	defer span.End()
 	idx, err := s.Raft.ReadIndex(ctx)
 	if err != nil {
+		s.count(s.ReadIndexesFailed)
 		if errors.Is(context.Cause(ctx), errReadIndexTimeout) {
 			// As etcd, whose read index round gives up after the
 			// request timeout (not the caller's own deadline).

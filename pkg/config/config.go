@@ -36,6 +36,12 @@ const (
 	CompactionRevision = "revision"
 )
 
+// Levels of metrics detail (metrics), as in etcd.
+const (
+	MetricsBasic     = "basic"
+	MetricsExtensive = "extensive"
+)
+
 // Tracing protocols, named like OTEL_EXPORTER_OTLP_PROTOCOL values.
 const (
 	ProtocolGRPC         = "grpc"
@@ -151,6 +157,10 @@ type Config struct {
 	LogOutputs  []string `yaml:"log-outputs"`
 	LogFormat   string   `yaml:"log-format"`
 	EnablePprof bool     `yaml:"enable-pprof"`
+	// Metrics is etcd's --metrics: "basic" exports the gRPC server
+	// counters, "extensive" adds the grpc_server_handling_seconds
+	// histogram.
+	Metrics string `yaml:"metrics"`
 
 	// FeatureGates is etcd's feature-gates list, "Name=true,Name=false".
 	// kvd acts on LeaseCheckpoint, LeaseCheckpointPersist (always on in kvd,
@@ -353,6 +363,7 @@ func defaults() *Config {
 		LogLevel:                    "info",
 		LogOutputs:                  []string{"default"},
 		LogFormat:                   "json",
+		Metrics:                     MetricsBasic,
 		Backend: Backend{
 			Engine: EngineBolt,
 			Bolt: Bolt{

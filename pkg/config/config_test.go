@@ -219,6 +219,7 @@ func TestValidateErrorsNameKey(t *testing.T) {
 		{"bcrypt cost", func(c *Config) { c.BcryptCost = 2 }, []string{"bcrypt-cost"}},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, []string{"log-level", "loud"}},
 		{"log format", func(c *Config) { c.LogFormat = "xml" }, []string{"log-format"}},
+		{"metrics level", func(c *Config) { c.Metrics = "full" }, []string{"metrics", "full"}},
 		{"tracing protocol", func(c *Config) { c.Tracing.Protocol = "thrift" }, []string{"tracing.protocol", "thrift"}},
 		{"tracing ratio", func(c *Config) { c.Tracing.SamplingRatio = 1.5 }, []string{"tracing.sampling-ratio", "1.5"}},
 		{"tracing endpoint", func(c *Config) { c.Tracing.Endpoint = "127.0.0.1:4317" }, []string{"tracing.endpoint", "127.0.0.1:4317"}},

@@ -73,6 +73,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*stringList)(&c.LogOutputs), "log-outputs", "comma-separated log outputs: stderr, stdout, default or file paths")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or console")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "enable runtime profiling data via HTTP server under /debug/pprof")
+	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "level of detail for exported metrics: basic, or extensive to include the server-side gRPC histogram")
 	fs.StringVar(&c.FeatureGates, "feature-gates", c.FeatureGates, "etcd feature gates, e.g. LeaseCheckpoint=true,LeaseCheckpointPersist=true")
 
 	fs.StringVar(&c.Backend.Engine, "backend", c.Backend.Engine, "storage engine: bolt or badger")

@@ -153,6 +153,9 @@ func (c *Config) Validate() error {
 
 	// etcd parses the level with zap: upper case, dpanic and "" (info)
 	// pass too.
+	if v.Metrics != MetricsBasic && v.Metrics != MetricsExtensive {
+		add("metrics", "%q is not basic or extensive", v.Metrics)
+	}
 	if _, err := zapcore.ParseLevel(v.LogLevel); err != nil {
 		add("log-level", "%q is not debug, info, warn, error, panic or fatal", v.LogLevel)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 )
@@ -25,6 +26,9 @@ import (
 type Index struct {
 	mu   sync.RWMutex
 	tree *btree.BTreeG[*keyIndex]
+	// live counts the keys whose last generation is not ended: put and
+	// not deleted since. Written under mu; Live reads it without.
+	live atomic.Int64
 }
 
 // New returns an empty index.
@@ -55,6 +59,9 @@ func (ti *Index) Put(key []byte, rev Revision) {
 		ki = newKeyIndex(bytes.Clone(key))
 		ti.tree.ReplaceOrInsert(ki)
 	}
+	if !ki.isLive() {
+		ti.live.Add(1)
+	}
 	ki.put(rev)
 }
 
@@ -67,7 +74,11 @@ func (ti *Index) Tombstone(key []byte, rev Revision) error {
 	if ki == nil {
 		return ErrRevisionNotFound
 	}
-	return ki.tombstone(rev)
+	if err := ki.tombstone(rev); err != nil {
+		return err
+	}
+	ti.live.Add(-1)
+	return nil
 }
 
 // Restore adds a key whose history before modified was compacted away: its
@@ -78,12 +89,16 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
 	if ki := ti.lookup(key); ki != nil {
+		if !ki.isLive() {
+			ti.live.Add(1)
+		}
 		ki.put(modified)
 		return
 	}
 	ki := newKeyIndex(bytes.Clone(key))
 	ki.restore(created, modified, ver)
 	ti.tree.ReplaceOrInsert(ki)
+	ti.live.Add(1)
 }
 
 // RestoreTombstone is Restore for a key whose first revision in the backend
@@ -95,7 +110,9 @@ func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 	defer ti.mu.Unlock()
 	if ki := ti.lookup(key); ki != nil {
 		// ErrRevisionNotFound: already deleted; nothing to end.
-		_ = ki.tombstone(rev)
+		if ki.tombstone(rev) == nil {
+			ti.live.Add(-1)
+		}
 		return
 	}
 	ki := newKeyIndex(bytes.Clone(key))
@@ -246,6 +263,10 @@ func (ti *Index) Keep(rev int64) map[Revision]struct{} {
 	})
 	return available
 }
+
+// Live returns the number of live keys: put and not deleted since
+// (etcd's keys_total). Safe from any goroutine.
+func (ti *Index) Live() int64 { return ti.live.Load() }
 
 // Len returns the number of keys with history in the index (live or not).
 func (ti *Index) Len() int {

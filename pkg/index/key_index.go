@@ -68,6 +68,12 @@ func (ki *keyIndex) put(rev Revision) {
 	ki.modified = rev
 }
 
+// isLive reports whether the key's last generation is open: the key
+// exists at the newest revision.
+func (ki *keyIndex) isLive() bool {
+	return len(ki.generations) > 0 && !ki.generations[len(ki.generations)-1].isEmpty()
+}
+
 // restoreTombstone adds the tombstone of a generation whose puts were all
 // compacted away; its create revision is unknown (zero), as in etcd.
 func (ki *keyIndex) restoreTombstone(rev Revision) {

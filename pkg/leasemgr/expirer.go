@@ -114,6 +114,8 @@ func (e *Expirer) step(ctx context.Context, limit int) {
 				return
 			}
 			e.lg.Warn("propose revocation of expired lease", zap.Int64("lease", id), zap.Error(err))
+			continue
 		}
+		m.counts.expired.Add(1)
 	}
 }

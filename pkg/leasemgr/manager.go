@@ -18,6 +18,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -172,6 +173,18 @@ type Manager struct {
 	demotec chan struct{}
 	// promotec is closed on promotion and replaced on demotion.
 	promotec chan struct{}
+	// counts are the grants, revocations, renewals and expiries so far.
+	counts struct{ granted, revoked, renewed, expired atomic.Uint64 }
+}
+
+// Counts are a manager's lease operations since it was made: leases
+// granted and revoked (applied), renewed (keep-alives served while
+// primary) and expired (revocations the expirer proposed).
+type Counts struct{ Granted, Revoked, Renewed, Expired uint64 }
+
+// Counts returns the operation counts so far.
+func (m *Manager) Counts() Counts {
+	return Counts{m.counts.granted.Load(), m.counts.revoked.Load(), m.counts.renewed.Load(), m.counts.expired.Load()}
 }
 
 // New returns an empty manager, not primary.
@@ -214,6 +227,7 @@ func (m *Manager) Grant(id, ttl int64) (Record, error) {
 	}
 	l := m.newLease(id, ttl)
 	m.add(l)
+	m.counts.granted.Add(1)
 	return Record{ID: id, TTL: l.ttl}, nil
 }
 
@@ -260,6 +274,7 @@ func (m *Manager) Revoke(id int64) ([]string, error) {
 		heap.Remove(&m.heap, l.heapIdx)
 	}
 	close(l.revokec)
+	m.counts.revoked.Add(1)
 	return keys, nil
 }
 
@@ -359,6 +374,7 @@ func (m *Manager) Renew(ctx context.Context, id int64) (int64, error) {
 	l.refresh(now, 0)
 	m.schedule(l, l.expiry)
 	m.mu.Unlock()
+	m.counts.renewed.Add(1)
 	return l.ttl, nil
 }
 

@@ -58,6 +58,8 @@ type ReadTxn struct {
 	tx             backend.ReadTx
 	scratch        []byte
 	ended          bool
+	// n counts the view's ranges; End adds them to the store's.
+	n txnOps
 }
 
 // Read opens a read view at Rev(). Index entries above Rev() belong to a
@@ -80,6 +82,7 @@ func (t *ReadTxn) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) 
 	if t.ended {
 		panic("mvcc: Range on an ended read view")
 	}
+	t.n.ranges++
 	return rangeKeys(t.s.idx, t, key, end, t.rev, t.compactRev, ro)
 }
 
@@ -97,6 +100,7 @@ func (t *ReadTxn) End() {
 		return
 	}
 	t.ended = true
+	t.s.ops.add(&t.n)
 	if t.tx != nil {
 		t.tx.Release()
 	}

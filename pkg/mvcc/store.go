@@ -97,6 +97,8 @@ type Store struct {
 	// resumed closes when the compaction Open resumed is done (nil: none).
 	resumed   <-chan struct{}
 	closeOnce sync.Once
+	// ops counts the operations of ended transactions (stats.go).
+	ops opCounters
 }
 
 // Options tune a Store. Zero values take the defaults.

@@ -200,6 +200,8 @@ type TxnWrite struct {
 	beginRev int64
 	events   []*mvccpb.Event
 	ended    bool
+	// n counts the transaction's operations; End adds them to the store's.
+	n txnOps
 }
 
 // Rev returns the revision this transaction's reads see: the store revision
@@ -215,6 +217,7 @@ func (t *TxnWrite) Rev() int64 {
 // Range implements Reader.
 func (t *TxnWrite) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) {
 	t.check()
+	t.n.ranges++
 	return rangeKeys(t.b.s.idx, t.b, key, end, t.Rev(), t.b.compactRev, ro)
 }
 
@@ -225,6 +228,8 @@ func (t *TxnWrite) Range(key, end []byte, ro RangeOptions) (*RangeResult, error)
 // when the key does not exist.
 func (t *TxnWrite) Put(key, value []byte, lease int64) int64 {
 	t.check()
+	t.n.puts++
+	t.n.putBytes += uint64(len(key) + len(value))
 	rev := t.beginRev + 1
 	created, ver := rev, int64(0)
 	if _, c, v, err := t.b.s.idx.Get(key, rev); err == nil {
@@ -250,6 +255,7 @@ func (t *TxnWrite) Put(key, value []byte, lease int64) int64 {
 // the transaction after it (the begin revision if nothing was written).
 func (t *TxnWrite) DeleteRange(key, end []byte) (n, rev int64) {
 	t.check()
+	t.n.deletes++
 	keys, _, _ := t.b.s.idx.Range(key, end, t.Rev(), 0)
 	for _, k := range keys {
 		t.delete(k)
@@ -281,6 +287,7 @@ func (t *TxnWrite) End() {
 		return
 	}
 	t.ended = true
+	t.b.s.ops.add(&t.n)
 	if len(t.events) > 0 {
 		t.b.rev++
 	}

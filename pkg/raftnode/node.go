@@ -524,6 +524,27 @@ func (n *Node) setLeader(lead uint64) {
 // PendingReads is the number of ReadIndex callers waiting for raft's answer.
 func (n *Node) PendingReads() int { return int(n.readWaiters.Load()) }
 
+// Queues are the lengths of the mailboxes of the raft driver and of the
+// WAL writer and applier it feeds.
+type Queues struct {
+	Step, Propose, Read, Control int // the driver's
+	Appends                      int // the WAL writer's
+	Applies                      int // the applier's
+}
+
+// QueueLengths returns how many messages wait in each mailbox now (for
+// metrics: the inboxes take their locks).
+func (n *Node) QueueLengths() Queues {
+	return Queues{
+		Step:    n.stepc.Len(),
+		Propose: len(n.propc),
+		Read:    len(n.readc),
+		Control: n.ctlc.Len(),
+		Appends: n.Appends.Len(),
+		Applies: n.Applies.Len(),
+	}
+}
+
 func (n *Node) sendReadIndex(seq uint64) {
 	var rctx [8]byte
 	binary.BigEndian.PutUint64(rctx[:], seq)

@@ -221,6 +221,7 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
 		},
 		HashKV:        func(req []byte) ([]byte, error) { return peerHashKVAnswer(st, cl, req) },
+		RTT:           mt.PeerRTT,
 		TLS:           peerTLS.ClientCredentials(),
 		ServerOptions: serverOpts,
 	})

@@ -86,6 +86,7 @@ func Module() fx.Option {
 		fx.Invoke(advanceElectionTicks),
 		fx.Invoke(startCompactor),
 		fx.Invoke(startCorruptMonitor),
+		fx.Invoke(registerLateMetrics),
 	)
 }
 
@@ -366,6 +367,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 		grpc.MaxRecvMsgSize(int(c.MaxRequestBytes) + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 	}
+	opts = append(grpcMetricsOptions(mt), opts...)
 	opts = append(opts, clientStreamOptions(c)...)
 	opts = append(opts, tracingServerOptions(tr)...)
 	warnPlainWithTLS(lg, "listen-client-urls", "client-transport-security", c.ClientTLS, urls)

@@ -53,6 +53,7 @@ var (
 	snapMethod    = "/" + serviceName + "/Snapshot"
 	membersMethod = "/" + serviceName + "/Members"
 	hashKVMethod  = "/" + serviceName + "/HashKV"
+	probeMethod   = "/" + serviceName + "/Probe"
 )
 
 // peerService is the handler type of serviceDesc; grpc checks the registered
@@ -102,6 +103,16 @@ var serviceDesc = grpc.ServiceDesc{
 				return nil, err
 			}
 			return &b, nil
+		},
+	}, {
+		// Probe answers at once: the sender times it (peer round trip).
+		MethodName: "Probe",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req []byte
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			return &[]byte{}, nil
 		},
 	}},
 	Metadata: "kvd/pkg/transport",

@@ -26,6 +26,13 @@ import (
 // peer lost behind a partition is noticed without traffic.
 const keepaliveTime = 10 * time.Second
 
+// ProbeInterval is how often an open stream's peer is probed for the round
+// trip time (etcd probes every 4s, after its 5s read timeout less one).
+const ProbeInterval = 4 * time.Second
+
+// probeTimeout bounds one probe; a probe that times out is not observed.
+const probeTimeout = 5 * time.Second
+
 // errURLsChanged ends a stream whose peer moved.
 var errURLsChanged = errors.New("peer URLs changed")
 
@@ -40,6 +47,9 @@ type peer struct {
 	done   chan struct{} // closed when run returns
 
 	sent, sentBytes, dropped atomic.Uint64
+	// recvBytes counts the raft frames the peer's stream to this member
+	// delivered (server.go).
+	recvBytes atomic.Uint64
 
 	mu           sync.Mutex
 	urls         []string
@@ -98,6 +108,8 @@ func (p *peer) status() PeerStatus {
 		SentMsgs:    p.sent.Load(),
 		SentBytes:   p.sentBytes.Load(),
 		Dropped:     p.dropped.Load(),
+
+		ReceivedBytes: p.recvBytes.Load(),
 	}
 }
 
@@ -211,9 +223,15 @@ func (p *peer) session(target target) (opened bool, err error) {
 		}
 		cancel(err)
 	}()
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		p.probe(ctx, cc)
+	}()
 	err = p.write(ctx, stream)
 	cancel(err)
 	<-recvDone
+	<-probeDone
 	return true, fmt.Errorf("raft stream to %x at %s: %w", p.id, target, err)
 }
 
@@ -269,6 +287,35 @@ func (p *peer) write(ctx context.Context, stream grpc.ClientStream) error {
 		}
 		p.sent.Add(uint64(n))
 		p.sentBytes.Add(uint64(len(frame)))
+	}
+}
+
+// probe times a Probe call over cc at once and then every ProbeInterval
+// until ctx ends, and reports each answered one to Config.RTT. A peer of a
+// version without Probe answers Unimplemented, which is not reported.
+func (p *peer) probe(ctx context.Context, cc *grpc.ClientConn) {
+	rtt := p.t.cfg.RTT
+	if rtt == nil {
+		return
+	}
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		req, resp := []byte{}, []byte{}
+		start := time.Now()
+		err := cc.Invoke(pctx, probeMethod, &req, &resp, grpc.CallContentSubtype(codecName))
+		d := time.Since(start)
+		cancel()
+		if err == nil {
+			rtt(p.id, d)
+		}
+		tick.Reset(ProbeInterval)
 	}
 }
 

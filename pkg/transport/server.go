@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
@@ -82,6 +83,12 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 	if err := ss.SendMsg(&ack); err != nil {
 		return err
 	}
+	var recvBytes *atomic.Uint64
+	t.mu.RLock()
+	if p := t.peers[from]; p != nil {
+		recvBytes = &p.recvBytes
+	}
+	t.mu.RUnlock()
 	for {
 		var frame []byte
 		if err := ss.RecvMsg(&frame); err != nil {
@@ -92,6 +99,9 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 		}
 		if t.knownRemoved(from) {
 			return removedError(from, t.cfg.ClusterID)
+		}
+		if recvBytes != nil {
+			recvBytes.Add(uint64(len(frame)))
 		}
 		msgs, err := decodeFrame(frame)
 		if err != nil {

@@ -89,6 +89,10 @@ type Config struct {
 	// HashKV, if set, answers a peer's HashKV (FetchHashKV) for the
 	// leader's corruption checks. Optional.
 	HashKV func(req []byte) ([]byte, error)
+	// RTT, if set, gets the round trip time of each probe of a peer: one
+	// when a stream to it opens, then one every ProbeInterval while it
+	// stays open (etcd's peer_round_trip_time_seconds). Optional.
+	RTT func(id uint64, d time.Duration)
 	// SnapshotDir receives incoming snapshots. Empty refuses them. New
 	// removes partial files a crash left there.
 	SnapshotDir string
@@ -131,6 +135,8 @@ type PeerStatus struct {
 	SentMsgs    uint64
 	SentBytes   uint64
 	Dropped     uint64 // messages dropped: queue full or stream broken
+	// ReceivedBytes are the raft frames' bytes received from the peer.
+	ReceivedBytes uint64
 }
 
 // Transport is the peer transport of one member. Its methods are safe for

@@ -238,6 +238,10 @@ func New(cfg Config) *Hub {
 // ProgressInterval is the period of progress notifications.
 func (h *Hub) ProgressInterval() time.Duration { return h.cfg.ProgressInterval }
 
+// QueueLength is how many messages wait in the hub's mailbox (for
+// metrics: it takes the inbox's lock).
+func (h *Hub) QueueLength() int { return h.inbox.Len() }
+
 // Notify hands the hub the events of one applied batch, in revision order,
 // once they are visible to readers (apply.Config.Events). The slice is the
 // hub's. It blocks only while MaxBacklog events wait for the hub (or until
