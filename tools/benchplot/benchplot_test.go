@@ -220,6 +220,50 @@ func TestBarHeightsProportional(t *testing.T) {
 	}
 }
 
+func TestRoundRanges(t *testing.T) {
+	rep := readSample(t)
+	for _, k := range []metric{throughput, p99} {
+		t.Run(k.file, func(t *testing.T) {
+			els := parseSVG(t, render(t, rep, k))
+			// Only kvd-bolt put has two rounds in the sample.
+			ranges := byClass(els, "range")
+			if len(ranges) != 1 || ranges[0].attrs["data-server"] != "kvd-bolt" || ranges[0].attrs["data-workload"] != "put" {
+				t.Fatalf("ranges %v, want one for kvd-bolt put", ranges)
+			}
+			r := rep.result("kvd-bolt", "put")
+			lo, hi := *k.round(&r.PerRound[0]), *k.round(&r.PerRound[1])
+			if got := attrFloat(t, ranges[0], "data-min"); got != min(lo, hi) {
+				t.Errorf("range min %v, want %v", got, min(lo, hi))
+			}
+			if got := attrFloat(t, ranges[0], "data-max"); got != max(lo, hi) {
+				t.Errorf("range max %v, want %v", got, max(lo, hi))
+			}
+			// The range's line spans the rounds on the bars' scale.
+			var bar *svgElem
+			for _, b := range byClass(els, "bar") {
+				if b.attrs["data-server"] == "kvd-bolt" && b.attrs["data-workload"] == "put" {
+					bar = b
+				}
+			}
+			perUnit := attrFloat(t, bar, "height") / attrFloat(t, bar, "data-value")
+			base := attrFloat(t, bar, "y") + attrFloat(t, bar, "height")
+			var line *svgElem
+			for i, e := range els {
+				if e == ranges[0] {
+					line = els[i+1]
+				}
+			}
+			y1, y2 := attrFloat(t, line, "y1"), attrFloat(t, line, "y2")
+			if math.Abs(base-y1-min(lo, hi)*perUnit) > 0.02 || math.Abs(base-y2-max(lo, hi)*perUnit) > 0.02 {
+				t.Errorf("range line from %v to %v, want %v to %v", y1, y2, base-min(lo, hi)*perUnit, base-max(lo, hi)*perUnit)
+			}
+			if !strings.Contains(string(render(t, rep, k)), "lowest to highest round") {
+				t.Error("no legend entry for the range lines")
+			}
+		})
+	}
+}
+
 func TestChartLabels(t *testing.T) {
 	rep := readSample(t)
 	for _, k := range []metric{throughput, p99} {

@@ -12,13 +12,13 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 func main() {
@@ -93,6 +93,7 @@ type metric struct {
 	title  string
 	ylabel string
 	value  func(*Median) float64
+	round  func(*Round) *float64
 	format func(float64) string
 }
 
@@ -102,6 +103,7 @@ var (
 		title:  "Throughput: requests/s (higher is better)",
 		ylabel: "requests/s",
 		value:  func(m *Median) float64 { return m.RPS },
+		round:  func(r *Round) *float64 { return r.RPS },
 		format: formatRPS,
 	}
 	p99 = metric{
@@ -109,14 +111,14 @@ var (
 		title:  "p99 latency: ms (lower is better)",
 		ylabel: "p99 latency, ms",
 		value:  func(m *Median) float64 { return m.P99Ms },
+		round:  func(r *Round) *float64 { return r.P99Ms },
 		format: formatMs,
 	}
 )
 
-var errNoChart = errors.New("nothing to draw")
-
 // chartOf makes the chart of one metric: groups in the run's workload
 // order, bars in its server order; a missing or failed result has no bar.
+// With two or more measured rounds a bar also shows their range.
 func chartOf(rep *Report, k metric) *Chart {
 	c := &Chart{
 		Title:    k.title,
@@ -129,13 +131,27 @@ func chartOf(rep *Report, k metric) *Chart {
 		c.Groups = append(c.Groups, w.label())
 		c.GroupIDs = append(c.GroupIDs, w.Name)
 		row := make([]float64, len(rep.Servers))
+		ranges := make([][2]float64, len(rep.Servers))
 		for i, s := range rep.Servers {
 			row[i] = math.NaN()
-			if r := rep.result(s, w.Name); r != nil && r.Median != nil {
-				row[i] = k.value(r.Median)
+			ranges[i] = [2]float64{math.NaN(), math.NaN()}
+			r := rep.result(s, w.Name)
+			if r == nil || r.Median == nil {
+				continue
+			}
+			row[i] = k.value(r.Median)
+			var vals []float64
+			for j := range r.PerRound {
+				if v := k.round(&r.PerRound[j]); v != nil && r.PerRound[j].Failure == nil {
+					vals = append(vals, *v)
+				}
+			}
+			if len(vals) >= 2 {
+				ranges[i] = [2]float64{slices.Min(vals), slices.Max(vals)}
 			}
 		}
 		c.Values = append(c.Values, row)
+		c.Ranges = append(c.Ranges, ranges)
 	}
 	return c
 }

@@ -18,7 +18,11 @@ type Chart struct {
 	GroupIDs []string    // workload names, for the bars' data attributes
 	Series   []string    // server names, one bar per group each
 	Values   [][]float64 // [group][series]; NaN: no value (the run failed)
-	Format   func(float64) string
+	// Ranges, optional, are the lowest and highest round behind each value
+	// ([group][series]{min, max}), drawn as a line through the bar's top;
+	// NaN, or fewer than two rounds: none.
+	Ranges [][][2]float64
+	Format func(float64) string
 }
 
 // Layout of every chart, in SVG user units.
@@ -95,6 +99,15 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 			}
 		}
 	}
+	hasRanges := false
+	for g := range c.Groups {
+		for i := range c.Series {
+			if lo, hi, ok := c.rangeOf(g, i); ok {
+				hasRanges = true
+				max = math.Max(max, math.Max(lo, hi))
+			}
+		}
+	}
 	top, step := niceAxis(max)
 	scale := plotH / top
 
@@ -113,6 +126,10 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		fmt.Fprintf(&b, `<g class="legend-item"><rect x="%s" y="64" width="14" height="14" fill="%s"/><text class="legend" x="%s" y="76" font-size="13" fill="#1a1a1a">%s</text></g>`+"\n",
 			num(x), seriesColor(c.Series, i), num(x+20), esc(s))
 		x += 20 + textWidth(s, 13) + 28
+	}
+	if hasRanges {
+		fmt.Fprintf(&b, `<g class="legend-item"><line x1="%s" y1="64" x2="%s" y2="78" stroke="#1a1a1a" stroke-width="1.2"/><line x1="%s" y1="64" x2="%s" y2="64" stroke="#1a1a1a" stroke-width="1.2"/><line x1="%s" y1="78" x2="%s" y2="78" stroke="#1a1a1a" stroke-width="1.2"/><text class="legend-note" x="%s" y="76" font-size="12" fill="#555555">lowest to highest round; bar: median</text></g>`+"\n",
+			num(x+7), num(x+7), num(x+3), num(x+11), num(x+3), num(x+11), num(x+20))
 	}
 
 	// Y axis: grid lines, tick labels, axis title.
@@ -157,9 +174,19 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 			fmt.Fprintf(&b, `<rect class="bar" data-server="%s" data-workload="%s" data-value="%s" x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s, %s: %s</title></rect>`+"\n",
 				esc(s), esc(id), strconv.FormatFloat(v, 'g', -1, 64), num(bx), num(baseY-h), num(barW), num(h), seriesColor(c.Series, i),
 				esc(s), esc(strings.ReplaceAll(label, "\n", " ")), esc(text))
+			labelY := baseY - h - 5
+			if lo, hi, ok := c.rangeOf(g, i); ok {
+				cap := math.Min(10, barW*0.3)
+				y1, y2 := baseY-lo*scale, baseY-hi*scale
+				fmt.Fprintf(&b, `<g class="range" data-server="%s" data-workload="%s" data-min="%s" data-max="%s" stroke="#1a1a1a" stroke-width="1.2">`,
+					esc(s), esc(id), strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64))
+				fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s"/><line x1="%s" y1="%s" x2="%s" y2="%s"/><line x1="%s" y1="%s" x2="%s" y2="%s"/></g>`+"\n",
+					num(cx), num(y1), num(cx), num(y2), num(cx-cap/2), num(y1), num(cx+cap/2), num(y1), num(cx-cap/2), num(y2), num(cx+cap/2), num(y2))
+				labelY = math.Min(labelY, y2-5)
+			}
 			fs := math.Min(12, math.Max(8, barW/(0.62*float64(len(text)))))
 			fmt.Fprintf(&b, `<text class="value" data-server="%s" x="%s" y="%s" font-size="%s" text-anchor="middle" fill="#1a1a1a">%s</text>`+"\n",
-				esc(s), num(cx), num(baseY-h-5), num(fs), esc(text))
+				esc(s), num(cx), num(labelY), num(fs), esc(text))
 		}
 		lx := marginL + float64(g)*groupW + groupW/2
 		for j, line := range strings.Split(label, ", ") {
@@ -177,6 +204,18 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// rangeOf returns the lowest and highest round of value [g][i], if known.
+func (c *Chart) rangeOf(g, i int) (lo, hi float64, ok bool) {
+	if g >= len(c.Ranges) || i >= len(c.Ranges[g]) {
+		return 0, 0, false
+	}
+	lo, hi = c.Ranges[g][i][0], c.Ranges[g][i][1]
+	if math.IsNaN(lo) || math.IsNaN(hi) || lo < 0 || hi < lo {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }
 
 func max1(n int) int {
