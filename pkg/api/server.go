@@ -308,15 +308,6 @@ func (s *Server) linearize(ctx context.Context) error {
 	return nil
 }
 
-// Health reports whether this member can serve a linearizable read now (a
-// leader is known and the read index round completes): etcd's /health.
-func (s *Server) Health(ctx context.Context) error {
-	if s.Raft.Leader() == raft.None {
-		return errors.New("RAFT NO LEADER")
-	}
-	return s.linearize(ctx)
-}
-
 // raftErr maps a failure to reach raft to etcd's error.
 func (s *Server) raftErr(ctx context.Context, err error) error {
 	switch {

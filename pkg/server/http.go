@@ -5,19 +5,20 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/kvd-dev/kvd/pkg/api"
+	"github.com/kvd-dev/kvd/pkg/probes"
 )
 
 // clusterVersion is the cluster version etcd v3.7 members agree on.
 const clusterVersion = "3.7.0"
 
 // httpHandler serves etcd's plain HTTP endpoints on the client port:
-// /version, /health (a linearizable read must succeed, as etcd checks),
-// /livez, /readyz and /metrics; and /debug/pprof with enable-pprof.
+// /version, /metrics, the probes (/health, /livez, /readyz) and
+// /debug/pprof with enable-pprof.
 func httpHandler(s *api.Server, mt *Metrics, pprofOn bool) http.Handler {
 	mux := http.NewServeMux()
 	handleMetricsAndHealth(mux, s, mt)
@@ -43,32 +44,26 @@ func metricsHandler(s *api.Server, mt *Metrics) http.Handler {
 }
 
 // handleMetricsAndHealth registers /metrics and the probes etcd serves on
-// both the client and the metrics listeners.
+// both the client and the metrics listeners (pkg/probes). The probes of both
+// listeners count on the same health metrics.
 func handleMetricsAndHealth(mux *http.ServeMux, s *api.Server, mt *Metrics) {
 	mux.Handle("/metrics", promhttp.HandlerFor(mt.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		if err := s.Health(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false", "reason": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"health": "true", "reason": ""})
-	})
-	ok := func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
+	pr, err := probes.New(probeMember{s}, probes.Options{Logger: s.Logger, Registerer: mt.Registry})
+	if err != nil {
+		// Only a metric of the same name and another kind could be in the way.
+		panic(err)
 	}
-	mux.HandleFunc("/livez", ok)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		if err := s.Health(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		ok(w, r)
-	})
+	pr.Install(mux)
+}
+
+// probeMember is what the probes ask of the member.
+type probeMember struct{ s *api.Server }
+
+func (m probeMember) Alarms() []*pb.AlarmMember { return m.s.Alarms.Get(pb.AlarmType_NONE) }
+func (m probeMember) Leader() uint64            { return m.s.Raft.Leader() }
+func (m probeMember) IsLearner() bool           { return m.s.Cluster.IsLearner(m.s.Cluster.Self()) }
+func (m probeMember) Read(ctx context.Context, serializable bool) error {
+	return m.s.ProbeRead(ctx, serializable)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
