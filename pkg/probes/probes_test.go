@@ -176,7 +176,8 @@ func TestProbes(t *testing.T) {
 		{name: "health trailing slash", url: "/health/", wantCode: 404, wantBody: "404 page not found\n"},
 		{name: "sub POST", method: http.MethodPost, url: "/readyz/linearizable_read", wantCode: 405, wantBody: "Method Not Allowed\n"},
 	}
-	for _, tc := range cases {
+	for i := range cases {
+		tc := &cases[i]
 		t.Run(tc.name, func(t *testing.T) {
 			m := &tc.member
 			p, err := New(m, Options{})
