@@ -124,7 +124,10 @@ func (s *Service) client() (*clientv3.Client, error) {
 		MaxCallSendMsgSize: math.MaxInt32,
 		MaxCallRecvMsgSize: math.MaxInt32,
 		DialOptions:        opts,
-		Logger:             s.lg.Named("client"),
+		// The caller gets each failed call's error; the client's own
+		// warnings about them ("retrying of unary invoker failed") would
+		// log every refused Lock, which etcd's in-process client does not.
+		Logger: s.lg.Named("client").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lockelection: client for %s: %w", s.target, err)
