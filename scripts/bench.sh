@@ -530,7 +530,9 @@ write_json() {
 		printf '  "versions": {'
 		for s in kvd etcd; do
 			[ -n "${bin_of[$s]:-}" ] || continue
-			ver=$("${bin_of[$s]}" --version 2>/dev/null | head -1) || ver=""
+			# Not "| head -1": under pipefail, SIGPIPE would fail it.
+			ver=$("${bin_of[$s]}" --version 2>/dev/null) || ver=""
+			ver=${ver%%$'\n'*}
 			printf '%s%s: %s' "$sep" "$(json_str "$s")" "$(json_str "$ver")"
 			sep=", "
 		done
