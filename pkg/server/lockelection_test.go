@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -216,5 +217,51 @@ func TestLockWaiterEndsAtStop(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiting Lock still waiting after the member stopped")
+	}
+}
+
+// On a member with only an https client URL the services dial it over TLS
+// with the member's own certificate (CN m1). A token's user acts; a caller
+// known only by its certificate is anonymous there, and the member's
+// certificate never stands in for it, even with a user m1 that may write.
+func TestLockServiceOverTLS(t *testing.T) {
+	p := newTLSPKI(t)
+	c := testConfig(t, "bolt", t.TempDir())
+	p.tlsConfig(t, c)
+	c.ListenClientURLs = c.AdvertiseClientURLs // https only
+	c.BcryptCost = 4
+	m := startTLSMember(t, c, p)
+	put(t, m, "warm", "up")
+	lk := v3lockpb.NewLockClient(m.conn)
+	r, err := lk.Lock(ctx5(t), &v3lockpb.LockRequest{Name: []byte("/app/l"), Lease: grant(t, m, ctx5(t), 60)})
+	if err != nil {
+		t.Fatalf("Lock over the TLS loopback: %v", err)
+	}
+	if _, err := lk.Unlock(ctx5(t), &v3lockpb.UnlockRequest{Key: r.Key}); err != nil {
+		t.Fatal(err)
+	}
+
+	setupAuth(t, m) // the test connection's CN root is root
+	a := m.auth()
+	for _, f := range []func() error{
+		func() error {
+			_, err := a.UserAdd(ctx5(t), &pb.AuthUserAddRequest{Name: "m1", Options: &authpb.UserAddOptions{NoPassword: true}})
+			return err
+		},
+		func() error {
+			_, err := a.UserGrantRole(ctx5(t), &pb.AuthUserGrantRoleRequest{User: "m1", Role: "root"})
+			return err
+		},
+	} {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := as(t, m, "root", "rootpw")
+	lease := grant(t, m, root, 60)
+	_, err = lk.Lock(ctx5(t), &v3lockpb.LockRequest{Name: []byte("/app/l"), Lease: lease})
+	wantErr(t, "Lock as CN root without a token", err, rpctypes.ErrUserEmpty.Error())
+	if _, err := lk.Lock(as(t, m, "root", "rootpw"), &v3lockpb.LockRequest{Name: []byte("/app/l"), Lease: lease}); err != nil {
+		t.Fatalf("Lock with root's token over TLS: %v", err)
 	}
 }
