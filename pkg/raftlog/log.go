@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -53,6 +54,11 @@ type Options struct {
 	// etcd_disk_wal_fsync_duration_seconds). Writes that need no fsync, such
 	// as a new commit index alone, are not observed.
 	OnFsync func(time.Duration)
+	// OnWrite, if set, observes how long each write of a batch of records
+	// to the current segment took, before its fsync (etcd's
+	// etcd_disk_wal_write_duration_seconds; etcd times each record's write
+	// into its page buffer, kvd writes a Save's records at once).
+	OnWrite func(time.Duration)
 }
 
 // Log is kvd's raft write-ahead log: WAL segments, raft snapshot files, and
@@ -70,6 +76,10 @@ type Log struct {
 	maxWALs      uint
 	noPrealloc   bool
 	onFsync      func(time.Duration)
+	onWrite      func(time.Duration)
+	// written counts the bytes written to WAL segments since Open
+	// (etcd_disk_wal_write_bytes_total); read by any goroutine.
+	written atomic.Uint64
 	// syncs counts WAL fdatasyncs (tests).
 	syncs int
 	lg    *zap.Logger
@@ -127,6 +137,7 @@ func Open(opts Options) (*Log, error) {
 		maxWALs:     opts.MaxWALs,
 		noPrealloc:  opts.NoPreallocate,
 		onFsync:     opts.OnFsync,
+		onWrite:     opts.OnWrite,
 		lg:          lg.Named("raftlog"),
 		hs:          &raftpb.HardState{},
 	}
@@ -157,6 +168,11 @@ func Open(opts Options) (*Log, error) {
 	}
 	return l, nil
 }
+
+// WrittenBytes returns the bytes written to WAL segments since Open:
+// records, segment headers and padding, whether or not fsynced yet.
+// Snapshot files are not counted. Safe from any goroutine.
+func (l *Log) WrittenBytes() uint64 { return l.written.Load() }
 
 // IsNew reports whether no WAL existed before Open: the member starts fresh.
 func (l *Log) IsNew() bool { return l.isNew }
@@ -331,8 +347,13 @@ func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) 
 	}
 	name := l.segs[len(l.segs)-1].name
 	failpoint.Hit(failpoint.WALBeforeWrite)
+	wstart := time.Now()
 	n, err := l.f.WriteAt(buf, l.size)
+	if l.onWrite != nil {
+		l.onWrite(time.Since(wstart))
+	}
 	l.size += int64(n)
+	l.written.Add(uint64(n))
 	if err != nil {
 		l.err = fmt.Errorf("write wal segment %s: %w", name, err)
 		return l.err

@@ -537,3 +537,46 @@ func TestCommitOnlySaveIsNotSynced(t *testing.T) {
 		t.Fatalf("recovered hard state %v", hs)
 	}
 }
+
+// WrittenBytes counts every byte written to segments (records, headers,
+// padding), across segment rolls, so without preallocation it matches the
+// segments' sizes on disk; OnWrite observes each write.
+func TestWrittenBytes(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, testOpts{segmentSize: 512})
+	defer l.Close()
+	writes := 0
+	l.onWrite = func(time.Duration) { writes++ }
+	if l.WrittenBytes() != 0 {
+		t.Fatalf("WrittenBytes before any write = %d", l.WrittenBytes())
+	}
+	for i := uint64(1); i <= 100; i += 10 {
+		mustSave(t, l, hardState(1, 1, i), ents(i, i+9, 1), nil)
+	}
+	var onDisk int64
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := 0
+	for _, de := range des {
+		if filepath.Ext(de.Name()) != segmentSuffix {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk += fi.Size()
+		segs++
+	}
+	if segs < 2 {
+		t.Fatalf("%d segments, want the saves to roll at least once", segs)
+	}
+	if got := l.WrittenBytes(); got != uint64(onDisk) {
+		t.Fatalf("WrittenBytes = %d, segments hold %d bytes", got, onDisk)
+	}
+	if writes != 10 {
+		t.Fatalf("OnWrite observed %d writes, want 10", writes)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/transport"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
@@ -54,6 +55,7 @@ type Metrics struct {
 // made apart.
 type diskHistograms struct {
 	walFsync      prometheus.Histogram // etcd_disk_wal_fsync_duration_seconds
+	walWrite      prometheus.Histogram // etcd_disk_wal_write_duration_seconds
 	backendCommit prometheus.Histogram // etcd_disk_backend_commit_duration_seconds
 }
 
@@ -64,11 +66,12 @@ func newDiskHistograms() diskHistograms {
 	}
 	return diskHistograms{
 		walFsync:      h("wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL."),
+		walWrite:      h("wal_write_duration_seconds", "The latency distributions of write called by WAL."),
 		backendCommit: h("backend_commit_duration_seconds", "The latency distributions of commit called by backend."),
 	}
 }
 
-func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, disk diskHistograms) (*Metrics, error) {
+func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal *raftlog.Log, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, disk diskHistograms) (*Metrics, error) {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gauge := func(ns, sub, name, help string, f func() float64) {
@@ -111,6 +114,8 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, st *
 	counter("etcd_debugging", "lease", "revoked_total", "The total number of revoked leases.", func() float64 { return float64(lm.Counts().Revoked) })
 	counter("etcd_debugging", "lease", "renewed_total", "The number of renewed leases seen by the leader.", func() float64 { return float64(lm.Counts().Renewed) })
 	counter("etcd_debugging", "server", "lease_expired_total", "The total number of expired leases.", func() float64 { return float64(lm.Counts().Expired) })
+	// A gauge in etcd too.
+	gauge("etcd", "disk", "wal_write_bytes_total", "Total number of bytes written in WAL.", func() float64 { return float64(wal.WrittenBytes()) })
 	gauge("os", "fd", "used", "The number of used file descriptors.", fdUsed)
 	gauge("os", "fd", "limit", "The file descriptor limit.", fdLimit)
 
@@ -172,7 +177,7 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, st *
 	mt.snapSent = snapCounter("snapshot_send_success", "Total number of successful snapshot sends", "To")
 	mt.snapSendFailed = snapCounter("snapshot_send_failures", "Total number of snapshot send failures", "To")
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
-	r.MustRegister(disk.walFsync, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
+	r.MustRegister(disk.walFsync, disk.walWrite, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
 		mt.slowApplies, mt.slowReadIndexes, mt.proposalsFailed, mt.readIndexesFailed, mt.peerRTT, mt.snapshotInstalling, mt.grpc.server)
 	return mt, nil
 }

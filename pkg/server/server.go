@@ -167,7 +167,8 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHi
 func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, disk diskHistograms, lg *zap.Logger) (*raftlog.Log, error) {
 	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, SegmentSize: failpoint.WALSegmentBytes(), Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries,
 		MaxSnapshots: c.MaxSnapshots, MaxWALs: c.MaxWALs,
-		OnFsync: func(d time.Duration) { disk.walFsync.Observe(d.Seconds()) }})
+		OnFsync: func(d time.Duration) { disk.walFsync.Observe(d.Seconds()) },
+		OnWrite: func(d time.Duration) { disk.walWrite.Observe(d.Seconds()) }})
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", c.WALPath(), err)
 	}
