@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/membershippb"
@@ -474,14 +475,36 @@ func requireLeader(ctx context.Context) bool {
 	return len(v) > 0 && v[0] == rpctypes.MetadataHasLeader
 }
 
+// clientRequest counts a call by the client's API version, the
+// "client-api-version" metadata clientv3 sends ("unknown" without it), and
+// refuses a version that is not UTF-8, as etcd's interceptors do (after the
+// learner check, before the leader check).
+func (s *Server) clientRequest(ctx context.Context, stream bool) error {
+	ver := "unknown"
+	if vs := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataClientAPIVersionKey); len(vs) > 0 {
+		ver = vs[0]
+	}
+	if !utf8.ValidString(ver) {
+		return rpctypes.ErrGRPCInvalidClientAPIVersion
+	}
+	if s.ClientRequests != nil {
+		s.ClientRequests(stream, ver)
+	}
+	return nil
+}
+
 // UnaryInterceptor refuses what a learner must not serve, and requests that
 // require a leader while there is none.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if etcdMethod(info.FullMethod) {
-			if s.Cluster.IsLearner(s.Raft.ID()) && !learnerAllowed(req) {
-				return nil, rpctypes.ErrGRPCNotSupportedForLearner
-			}
+		etcd := etcdMethod(info.FullMethod)
+		if etcd && s.Cluster.IsLearner(s.Raft.ID()) && !learnerAllowed(req) {
+			return nil, rpctypes.ErrGRPCNotSupportedForLearner
+		}
+		if err := s.clientRequest(ctx, false); err != nil {
+			return nil, err
+		}
+		if etcd {
 			if requireLeader(ctx) && s.Raft.Leader() == raft.None {
 				return nil, rpctypes.ErrGRPCNoLeader
 			}
@@ -500,11 +523,15 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 // member move to another.
 func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if !etcdMethod(info.FullMethod) {
-			return h(srv, ss)
-		}
-		if s.Cluster.IsLearner(s.Raft.ID()) {
+		etcd := etcdMethod(info.FullMethod)
+		if etcd && s.Cluster.IsLearner(s.Raft.ID()) {
 			return rpctypes.ErrGRPCNotSupportedForLearner
+		}
+		if err := s.clientRequest(ss.Context(), true); err != nil {
+			return err
+		}
+		if !etcd {
+			return h(srv, ss)
 		}
 		if err := s.checkMethod(ss.Context(), info.FullMethod, nil); err != nil {
 			return err

@@ -121,6 +121,10 @@ type Deps struct {
 	// ReadIndexesFailed counts failed read index rounds
 	// (etcd_server_read_indexes_failed_total).
 	ProposalsFailed, ReadIndexesFailed apply.Counter
+	// ClientRequests, if set, counts each call (stream or unary) by the
+	// client's API version (etcd_server_client_requests_total). Called on
+	// every call's goroutine: it must not block.
+	ClientRequests func(stream bool, version string)
 }
 
 // Server implements the services.

@@ -1,10 +1,18 @@
 package server
 
 import (
+	"strings"
+	"sync"
+	"sync/atomic"
+
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 
 	"github.com/kvd-dev/kvd/pkg/config"
 )
@@ -16,6 +24,11 @@ import (
 // handled); with metrics: extensive also grpc_server_handling_seconds.
 type grpcMetrics struct {
 	server *grpcprom.ServerMetrics
+	// codec counts the client messages' bytes
+	// (etcd_network_client_grpc_{sent,received}_bytes_total).
+	codec *countingCodec
+	// requests is etcd_server_client_requests_total.
+	requests *clientRequests
 }
 
 // clientServices are the services the client gRPC server registers (api's
@@ -33,9 +46,100 @@ func newGRPCMetrics(c *config.Config) *grpcMetrics {
 		// The middleware's default buckets, as etcd.
 		opts = append(opts, grpcprom.WithServerHandlingTimeHistogram())
 	}
-	m := &grpcMetrics{server: grpcprom.NewServerMetrics(opts...)}
+	m := &grpcMetrics{
+		server:   grpcprom.NewServerMetrics(opts...),
+		codec:    &countingCodec{base: encoding.GetCodecV2(proto.Name)},
+		requests: newClientRequests(),
+	}
 	m.server.InitializeMetrics(serviceInfos(clientServices))
 	return m
+}
+
+// collectors are the families to register besides the middleware's.
+func (m *grpcMetrics) collectors() []prometheus.Collector {
+	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network", Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{
+		counter("client_grpc_sent_bytes_total", "The total number of bytes sent to grpc clients.", &m.codec.sent),
+		counter("client_grpc_received_bytes_total", "The total number of bytes received from grpc clients.", &m.codec.received),
+		m.requests.vec,
+	}
+}
+
+// countingCodec is the client gRPC server's codec: gRPC's proto codec,
+// counting the bytes of each message it marshals and unmarshals, as etcd's
+// v3rpc codec does (the encoded message, before compression and without
+// gRPC's frame header). It costs two atomic adds per message.
+type countingCodec struct {
+	base           encoding.CodecV2
+	sent, received atomic.Uint64
+}
+
+func (c *countingCodec) Marshal(v any) (mem.BufferSlice, error) {
+	out, err := c.base.Marshal(v)
+	if err == nil {
+		c.sent.Add(uint64(out.Len()))
+	}
+	return out, err
+}
+
+func (c *countingCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	c.received.Add(uint64(data.Len()))
+	return c.base.Unmarshal(data, v)
+}
+
+func (c *countingCodec) Name() string { return c.base.Name() }
+
+// maxClientVersions bounds the versions clientRequests keeps resolved
+// children for; calls from further versions resolve theirs per call.
+const maxClientVersions = 64
+
+// clientRequests is etcd_server_client_requests_total{type, client_api_version}.
+// The children of the versions seen are kept in copy-on-write maps, so a
+// call costs a map read and an atomic add, no allocation.
+type clientRequests struct {
+	vec           *prometheus.CounterVec
+	mu            sync.Mutex // serialises adding versions
+	unary, stream atomic.Pointer[map[string]prometheus.Counter]
+}
+
+func newClientRequests() *clientRequests {
+	c := &clientRequests{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "client_requests_total",
+		Help: "The total number of client requests per client version."}, []string{"type", "client_api_version"})}
+	c.unary.Store(&map[string]prometheus.Counter{})
+	c.stream.Store(&map[string]prometheus.Counter{})
+	return c
+}
+
+// Inc counts one call of the client API version (api.Deps.ClientRequests).
+func (c *clientRequests) Inc(stream bool, version string) {
+	p, typ := &c.unary, "unary"
+	if stream {
+		p, typ = &c.stream, "stream"
+	}
+	if ctr, ok := (*p.Load())[version]; ok {
+		ctr.Inc()
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := *p.Load()
+	ctr, ok := cur[version]
+	if !ok {
+		ctr = c.vec.WithLabelValues(typ, version)
+		if len(cur) < maxClientVersions {
+			next := make(map[string]prometheus.Counter, len(cur)+1)
+			for k, v := range cur {
+				next[k] = v
+			}
+			// The version is the caller's metadata: keep a copy of its own.
+			next[strings.Clone(version)] = ctr
+			p.Store(&next)
+		}
+	}
+	ctr.Inc()
 }
 
 // grpcMetricsOptions are the client gRPC server's options that count its
@@ -44,6 +148,7 @@ func newGRPCMetrics(c *config.Config) *grpcMetrics {
 // whose metrics interceptor runs before its own).
 func grpcMetricsOptions(mt *Metrics) []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(mt.grpc.codec),
 		grpc.ChainUnaryInterceptor(mt.grpc.server.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(mt.grpc.server.StreamServerInterceptor()),
 	}

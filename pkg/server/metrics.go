@@ -179,6 +179,7 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
 	r.MustRegister(disk.walFsync, disk.walWrite, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
 		mt.slowApplies, mt.slowReadIndexes, mt.proposalsFailed, mt.readIndexesFailed, mt.peerRTT, mt.snapshotInstalling, mt.grpc.server)
+	r.MustRegister(mt.grpc.collectors()...)
 	return mt, nil
 }
 
@@ -294,6 +295,7 @@ func (p *peerStats) Collect(ch chan<- prometheus.Metric) {
 // and the API serves.
 func registerLateMetrics(mt *Metrics, cl *membership.Cluster, tr *transport.Transport, hub *watchhub.Hub, a *Actors, s *api.Server) {
 	s.ProposalsFailed, s.ReadIndexesFailed = mt.proposalsFailed, mt.readIndexesFailed
+	s.ClientRequests = mt.grpc.requests.Inc
 	if install := a.WAL.InstallSnapshot; install != nil {
 		a.WAL.InstallSnapshot = func(ctx context.Context, snap *raftpb.Snapshot) error {
 			defer mt.installing()()
