@@ -125,7 +125,15 @@ type Deps struct {
 	// client's API version (etcd_server_client_requests_total). Called on
 	// every call's goroutine: it must not block.
 	ClientRequests func(stream bool, version string)
+	// DefragDuration, if set, observes each Defragment's duration in
+	// seconds, successful ones only as etcd's (etcd_disk_backend_defrag_duration_seconds);
+	// SnapshotDuration each Maintenance.Snapshot's, from the read view to
+	// the last byte sent (etcd_disk_backend_snapshot_duration_seconds).
+	DefragDuration, SnapshotDuration Observer
 }
+
+// Observer takes a measurement (a prometheus.Histogram is one).
+type Observer interface{ Observe(float64) }
 
 // Server implements the services.
 type Server struct {
@@ -138,7 +146,13 @@ type Server struct {
 	leader  leaderConns
 	// slow logs slow reads.
 	slow apply.SlowLog
+	// defrags counts the Defragment calls in progress.
+	defrags atomic.Int32
 }
+
+// Defragmenting reports whether a Defragment is in progress
+// (etcd_disk_defrag_inflight).
+func (s *Server) Defragmenting() bool { return s.defrags.Load() > 0 }
 
 // Close releases the connection to the leader, if one was opened.
 func (s *Server) Close() { s.leader.close() }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -27,6 +28,10 @@ const SnapshotFilePattern = "snapshot-export-*.db"
 // file, then sent; the temporary file is removed whatever happens.
 func (m *maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	s := m.s
+	if d := s.SnapshotDuration; d != nil {
+		start := time.Now()
+		defer func() { d.Observe(time.Since(start).Seconds()) }()
+	}
 	if err := s.Store.Flush(); err != nil {
 		return status.Errorf(codes.Internal, "etcdserver: snapshot: %v", err)
 	}

@@ -57,6 +57,12 @@ type diskHistograms struct {
 	walFsync      prometheus.Histogram // etcd_disk_wal_fsync_duration_seconds
 	walWrite      prometheus.Histogram // etcd_disk_wal_write_duration_seconds
 	backendCommit prometheus.Histogram // etcd_disk_backend_commit_duration_seconds
+	// etcd_disk_backend_defrag_duration_seconds
+	backendDefrag prometheus.Histogram
+	// etcd_disk_backend_snapshot_duration_seconds: Maintenance.Snapshot and
+	// raft snapshots sent to peers, from the read view to the last byte, as
+	// etcd times its backend snapshots.
+	backendSnapshot prometheus.Histogram
 }
 
 func newDiskHistograms() diskHistograms {
@@ -68,6 +74,10 @@ func newDiskHistograms() diskHistograms {
 		walFsync:      h("wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL."),
 		walWrite:      h("wal_write_duration_seconds", "The latency distributions of write called by WAL."),
 		backendCommit: h("backend_commit_duration_seconds", "The latency distributions of commit called by backend."),
+		backendDefrag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "backend_defrag_duration_seconds",
+			Help: "The latency distribution of backend defragmentation.", Buckets: prometheus.ExponentialBuckets(.1, 2, 13)}),
+		backendSnapshot: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "backend_snapshot_duration_seconds",
+			Help: "The latency distribution of backend snapshots.", Buckets: prometheus.ExponentialBuckets(.01, 2, 17)}),
 	}
 }
 
@@ -177,7 +187,7 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 	mt.snapSent = snapCounter("snapshot_send_success", "Total number of successful snapshot sends", "To")
 	mt.snapSendFailed = snapCounter("snapshot_send_failures", "Total number of snapshot send failures", "To")
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
-	r.MustRegister(disk.walFsync, disk.walWrite, disk.backendCommit, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
+	r.MustRegister(disk.walFsync, disk.walWrite, disk.backendCommit, disk.backendDefrag, disk.backendSnapshot, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
 		mt.slowApplies, mt.slowReadIndexes, mt.proposalsFailed, mt.readIndexesFailed, mt.peerRTT, mt.snapshotInstalling, mt.grpc.server)
 	r.MustRegister(mt.grpc.collectors()...)
 	return mt, nil
@@ -291,11 +301,19 @@ func (p *peerStats) Collect(ch chan<- prometheus.Metric) {
 
 // registerLateMetrics adds what is made after the metrics: the peer
 // transport's counters, the watch hub's mailbox, the snapshot install
-// gauge and the API's failure counters. It runs before the actors start
+// gauge, the API's counters and defragment gauge. It runs before the actors start
 // and the API serves.
-func registerLateMetrics(mt *Metrics, cl *membership.Cluster, tr *transport.Transport, hub *watchhub.Hub, a *Actors, s *api.Server) {
+func registerLateMetrics(mt *Metrics, disk diskHistograms, cl *membership.Cluster, tr *transport.Transport, hub *watchhub.Hub, a *Actors, s *api.Server) {
 	s.ProposalsFailed, s.ReadIndexesFailed = mt.proposalsFailed, mt.readIndexesFailed
 	s.ClientRequests = mt.grpc.requests.Inc
+	s.DefragDuration, s.SnapshotDuration = disk.backendDefrag, disk.backendSnapshot
+	mt.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "disk", Name: "defrag_inflight",
+		Help: "Whether or not defrag is active on the member. 1 means active, 0 means not."}, func() float64 {
+		if s.Defragmenting() {
+			return 1
+		}
+		return 0
+	}))
 	if install := a.WAL.InstallSnapshot; install != nil {
 		a.WAL.InstallSnapshot = func(ctx context.Context, snap *raftpb.Snapshot) error {
 			defer mt.installing()()

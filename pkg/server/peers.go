@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -40,12 +41,15 @@ type peerLink struct {
 	// snapshotPoint is the applier's SnapshotPoint (set with the actors,
 	// before raft runs).
 	snapshotPoint func(context.Context, func(*raftpb.ConfState) error) error
+	// snapshotDuration observes each snapshot send, from the read view to
+	// the transport closing the dump (etcd_disk_backend_snapshot_duration_seconds).
+	snapshotDuration prometheus.Histogram
 
 	mu       sync.Mutex
 	incoming map[uint64]string // snapshot index -> received dump file
 }
 
-func newPeerLink(c *config.Config, st *mvcc.Store, lg *zap.Logger) (*peerLink, error) {
+func newPeerLink(c *config.Config, st *mvcc.Store, disk diskHistograms, lg *zap.Logger) (*peerLink, error) {
 	out := filepath.Join(c.MemberDir(), "snap-outgoing")
 	// Leftovers of a crash mid-send are useless.
 	if err := os.RemoveAll(out); err != nil {
@@ -54,7 +58,7 @@ func newPeerLink(c *config.Config, st *mvcc.Store, lg *zap.Logger) (*peerLink, e
 	if err := fsutil.MkdirAll(out, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", out, err)
 	}
-	return &peerLink{st: st, outDir: out, lg: lg.Named("peers"), incoming: map[uint64]string{}}, nil
+	return &peerLink{st: st, outDir: out, lg: lg.Named("peers"), incoming: map[uint64]string{}, snapshotDuration: disk.backendSnapshot}, nil
 }
 
 // Send is raftnode.Config.Send: snapshots get a goroutine each (the dump
@@ -108,6 +112,7 @@ func (p *peerLink) sendSnapshot(tr *transport.Transport, m *raftpb.Message) {
 		md = &raftpb.SnapshotMetadata{Index: new(p.st.ConsistentIndex()), Term: new(p.st.ConsistentTerm()), ConfState: cs}
 		return nil
 	})
+	start := time.Now()
 	if err != nil {
 		fail(fmt.Errorf("snapshot point: %w", err))
 		return
@@ -135,7 +140,22 @@ func (p *peerLink) sendSnapshot(tr *transport.Transport, m *raftpb.Message) {
 	p.lg.Info("sending snapshot", zap.String("to", fmt.Sprintf("%x", to)),
 		zap.Uint64("index", md.GetIndex()), zap.Int64("bytes", n))
 	// SendSnapshot closes f and reports the outcome to raft.
-	tr.SendSnapshot(m, f, n)
+	tr.SendSnapshot(m, &timedDump{File: f, start: start, observe: p.snapshotDuration}, n)
+}
+
+// timedDump is a snapshot dump being sent; closing it, which the transport
+// does once the send ended, observes the time since the read view opened.
+type timedDump struct {
+	*os.File
+	start   time.Time
+	observe prometheus.Observer
+}
+
+func (d *timedDump) Close() error {
+	if d.observe != nil {
+		d.observe.Observe(time.Since(d.start).Seconds())
+	}
+	return d.File.Close()
 }
 
 func (p *peerLink) received(index uint64, path string) {

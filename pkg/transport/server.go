@@ -83,12 +83,7 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 	if err := ss.SendMsg(&ack); err != nil {
 		return err
 	}
-	var recvBytes *atomic.Uint64
-	t.mu.RLock()
-	if p := t.peers[from]; p != nil {
-		recvBytes = &p.recvBytes
-	}
-	t.mu.RUnlock()
+	recvBytes := t.recvBytes(from)
 	for {
 		var frame []byte
 		if err := ss.RecvMsg(&frame); err != nil {
@@ -100,9 +95,7 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 		if t.knownRemoved(from) {
 			return removedError(from, t.cfg.ClusterID)
 		}
-		if recvBytes != nil {
-			recvBytes.Add(uint64(len(frame)))
-		}
+		recvBytes.Add(uint64(len(frame)))
 		msgs, err := decodeFrame(frame)
 		if err != nil {
 			t.lg.Error("bad raft frame", zap.String("from", fmt.Sprintf("%x", from)), zap.Error(err))
@@ -110,6 +103,18 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 		}
 		t.cfg.Receive(msgs)
 	}
+}
+
+// recvBytes is the counter of the bytes received from peer from
+// (etcd_network_peer_received_bytes_total); a member not (yet) a peer gets
+// one counted nowhere.
+func (t *Transport) recvBytes(from uint64) *atomic.Uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p := t.peers[from]; p != nil {
+		return &p.recvBytes
+	}
+	return new(atomic.Uint64)
 }
 
 func (t *Transport) handleSnapshot(ss grpc.ServerStream) error {
@@ -144,11 +149,15 @@ func (t *Transport) handleSnapshot(ss grpc.ServerStream) error {
 
 // receiveSnapshotFile reads a snapshot stream into a synced file in
 // SnapshotDir. On error no file is left behind.
+// Each frame received counts in the peer's received bytes, as etcd counts a
+// snapshot's.
 func (t *Transport) receiveSnapshotFile(ss grpc.ServerStream, from uint64, size int64) (_ *raftpb.Message, path string, err error) {
+	recvBytes := t.recvBytes(from)
 	var frame []byte
 	if err := ss.RecvMsg(&frame); err != nil {
 		return nil, "", fmt.Errorf("read snapshot header from %x: %w", from, err)
 	}
+	recvBytes.Add(uint64(len(frame)))
 	if len(frame) == 0 || frame[0] != snapHeader {
 		return nil, "", fmt.Errorf("read snapshot header from %x: bad frame", from)
 	}
@@ -180,6 +189,7 @@ func (t *Transport) receiveSnapshotFile(ss grpc.ServerStream, from uint64, size 
 			}
 			return nil, "", fmt.Errorf("read snapshot data from %x after %d bytes: %w", from, n, err)
 		}
+		recvBytes.Add(uint64(len(frame)))
 		if len(frame) == 0 {
 			return nil, "", fmt.Errorf("read snapshot data from %x: empty frame", from)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
@@ -47,7 +48,7 @@ func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int
 		defer stopClose()
 		var err error
 		for _, target := range targets {
-			if err = t.sendSnapshot(target, m, data, size); err == nil || !errors.Is(err, errNotConnected) {
+			if err = t.sendSnapshot(target, m, data, size, &p.sentBytes); err == nil || !errors.Is(err, errNotConnected) {
 				break
 			}
 		}
@@ -66,7 +67,10 @@ func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int
 // of the peer may be tried.
 var errNotConnected = errors.New("not connected")
 
-func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reader, size int64) error {
+// sendSnapshot sends the snapshot to one URL of the peer; each frame sent
+// (header, data chunks, trailer) counts in sentBytes, the peer's
+// etcd_network_peer_sent_bytes_total, as etcd counts a snapshot's bytes.
+func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reader, size int64, sentBytes *atomic.Uint64) error {
 	to := m.GetTo()
 	hdr, err := proto.Marshal(m)
 	if err != nil {
@@ -91,6 +95,7 @@ func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reade
 	if err := stream.SendMsg(&hdr); err != nil {
 		return fmt.Errorf("send snapshot header to %x: %w", to, sendErr(stream, err))
 	}
+	sentBytes.Add(uint64(len(hdr)))
 	h := sha256.New()
 	var sent int64
 	for {
@@ -107,6 +112,7 @@ func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reade
 			if err := stream.SendMsg(&chunk); err != nil {
 				return fmt.Errorf("send snapshot data to %x after %d bytes: %w", to, sent, sendErr(stream, err))
 			}
+			sentBytes.Add(uint64(len(chunk)))
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
@@ -122,6 +128,7 @@ func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reade
 	if err := stream.SendMsg(&trailer); err != nil {
 		return fmt.Errorf("send snapshot trailer to %x: %w", to, sendErr(stream, err))
 	}
+	sentBytes.Add(uint64(len(trailer)))
 	if err := stream.CloseSend(); err != nil {
 		return fmt.Errorf("close snapshot stream to %x: %w", to, err)
 	}

@@ -445,6 +445,26 @@ func TestSnapshot50MiB(t *testing.T) {
 	if ents, _ := os.ReadDir(b.cfg.SnapshotDir); len(ents) != 1 {
 		t.Fatalf("snapshot dir holds %v, want only the snapshot", ents)
 	}
+	// The snapshot's frames count in the peer byte counters, as etcd
+	// counts a snapshot's bytes.
+	peerBytes := func(tr *Transport, id uint64, sent bool) uint64 {
+		for _, s := range tr.PeerHealth() {
+			if s.ID == id {
+				if sent {
+					return s.SentBytes
+				}
+				return s.ReceivedBytes
+			}
+		}
+		t.Fatalf("no peer %x", id)
+		return 0
+	}
+	if got := peerBytes(a.Transport, 2, true); got < size {
+		t.Errorf("sender counted %d bytes sent to the peer, want at least %d", got, size)
+	}
+	if got := peerBytes(b.Transport, 1, false); got < size {
+		t.Errorf("receiver counted %d bytes received from the peer, want at least %d", got, size)
+	}
 }
 
 // failingReader yields n bytes, waits for the receiver's partial file, then
