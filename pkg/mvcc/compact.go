@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -219,14 +220,23 @@ func (c *compactor) compact(ctx context.Context, job *compactJob) error {
 	if err := c.s.Flush(); err != nil {
 		return fmt.Errorf("compact at %d: %w", rev, err)
 	}
+	obs := c.s.observe
+	istart := time.Now()
 	keep := c.s.idx.Compact(rev)
+	if obs.IndexCompaction != nil {
+		obs.IndexCompaction(time.Since(istart))
+	}
+	deleted := 0
+	if obs.Compaction != nil {
+		total := time.Now()
+		defer func() { obs.Compaction(time.Since(total), deleted) }()
+	}
 	var hasher *kvHasher
 	if job.hash {
 		hasher = newKVHasher(job.prev, rev, keep)
 	}
 	start := revToBytes(index.Revision{}, false)
 	end := revToBytes(index.Revision{Main: rev + 1}, false)
-	deleted := 0
 	for {
 		if c.stopped(ctx) {
 			return errCompactorStopped
@@ -234,6 +244,7 @@ func (c *compactor) compact(ctx context.Context, job *compactJob) error {
 		var next []byte
 		var n int
 		failpoint.Hit(failpoint.CompactBeforeCommit)
+		bstart := time.Now()
 		err := c.s.be.Update(func(tx backend.WriteTx) error {
 			var dels [][]byte
 			var last []byte
@@ -277,6 +288,9 @@ func (c *compactor) compact(ctx context.Context, job *compactJob) error {
 		})
 		if err != nil {
 			return fmt.Errorf("compact at %d: %w", rev, err)
+		}
+		if obs.CompactionBatch != nil {
+			obs.CompactionBatch(time.Since(bstart))
 		}
 		failpoint.Hit(failpoint.CompactAfterCommit)
 		if c.afterChunk != nil {

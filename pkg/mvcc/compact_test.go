@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 // stopAfterFirstChunk is an afterCompactChunk hook that parks the compactor
@@ -117,6 +118,58 @@ func TestCompactionWaitsForOpenReads(t *testing.T) {
 		waitClosed(t, applied, "compaction apply")
 		if _, _, err := ts.rangeAt([]byte("a"), nil, RangeOptions{Rev: 2}); !errors.Is(err, ErrCompacted) {
 			t.Fatalf("new view at 2 after compaction: %v", err)
+		}
+	})
+}
+
+// The Observers see one index compaction, one pause per backend batch and
+// one finished compaction with the revisions it deleted; Hash and a
+// HashByRev that hashes are timed, one answered from a compaction's stored
+// hash is not (etcd's neither).
+func TestObservers(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engine) {
+		var mu sync.Mutex
+		var index, batches, compactions, deleted, hashes, hashesByRev int
+		count := func(n *int) func(time.Duration) {
+			return func(time.Duration) { mu.Lock(); *n++; mu.Unlock() }
+		}
+		ts := newTestStoreConfig(t, e, config{compactBatchLimit: 3, observe: Observers{
+			IndexCompaction: count(&index),
+			CompactionBatch: count(&batches),
+			Compaction: func(_ time.Duration, n int) {
+				mu.Lock()
+				compactions++
+				deleted += n
+				mu.Unlock()
+			},
+			Hash:      count(&hashes),
+			HashByRev: count(&hashesByRev),
+		}})
+		var rev int64
+		for i := range 7 {
+			rev = ts.put("k", fmt.Sprint(i)) // revisions 2..8
+		}
+		ts.compact(rev) // keeps 8, deletes 2..7
+		mu.Lock()
+		got := [4]int{index, batches, compactions, deleted}
+		mu.Unlock()
+		// 7 revisions scanned 3 at a time: 3 batches.
+		if want := [4]int{1, 3, 1, 6}; got != want {
+			t.Fatalf("index compactions, batches, compactions, deleted = %v, want %v", got, want)
+		}
+		if _, _, err := ts.Hash(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := ts.HashByRev(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := ts.HashByRev(1); !errors.Is(err, ErrCompacted) {
+			t.Fatalf("HashByRev below the compaction: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if hashes != 1 || hashesByRev != 1 {
+			t.Fatalf("hashes %d, hashes by revision %d, want 1 and 1", hashes, hashesByRev)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"time"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/index"
@@ -33,6 +34,7 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 			return h.Hash, s.rev.Load(), h.CompactRevision, nil
 		}
 	}
+	start := time.Now()
 	s.mu.RLock()
 	compactRev, currentRev = s.compactRev, s.rev.Load()
 	if rev > 0 && rev < compactRev {
@@ -110,6 +112,9 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 			add(e.rev, e.tomb, k, e.value)
 		}
 	}
+	if s.observe.HashByRev != nil {
+		s.observe.HashByRev(time.Since(start))
+	}
 	return h.Sum32(), currentRev, compactRev, nil
 }
 
@@ -119,6 +124,7 @@ func (s *Store) HashByRev(rev int64) (hash uint32, currentRev, compactRev int64,
 // backend first and returns the revision it saw then. Like etcd's, it is
 // meant for tests: writes applied while it runs may or may not count.
 func (s *Store) Hash() (hash uint32, rev int64, err error) {
+	start := time.Now()
 	if err := s.Flush(); err != nil {
 		return 0, 0, err
 	}
@@ -144,6 +150,9 @@ func (s *Store) Hash() (hash uint32, rev int64, err error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("mvcc hash: bucket %s: %w", b, err)
 		}
+	}
+	if s.observe.Hash != nil {
+		s.observe.Hash(time.Since(start))
 	}
 	return h.Sum32(), rev, nil
 }

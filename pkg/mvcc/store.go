@@ -51,9 +51,10 @@ const (
 
 // Store is the MVCC store over a backend.
 type Store struct {
-	be  backend.Backend
-	idx *index.Index
-	lg  *zap.Logger
+	be      backend.Backend
+	idx     *index.Index
+	lg      *zap.Logger
+	observe Observers
 
 	// rev is the newest revision readers may see: every write <= rev is in
 	// the published buffers or committed in the backend. Written by the
@@ -124,6 +125,8 @@ type Options struct {
 	// writes took (etcd's etcd_disk_backend_commit_duration_seconds). It
 	// runs on the flusher goroutine.
 	OnCommit func(time.Duration)
+	// Observe has the compaction and hash hooks (etcd's mvcc timings).
+	Observe Observers
 	// Tracer, if set, traces each backend commit that carries writes of
 	// traced proposals (Batch.Link): a "backend.commit" span linked to
 	// them. nil: no span work at all.
@@ -133,6 +136,26 @@ type Options struct {
 	// compaction stops the member). Otherwise Open starts it on a goroutine
 	// of its own, which logs a failure and ends.
 	ExternalCompactor bool
+}
+
+// Observers observe the store's compactions and hashes, as etcd's mvcc
+// metrics do; each may be nil. The compaction hooks run on the compactor's
+// goroutine, the hash hooks on the caller's.
+type Observers struct {
+	// IndexCompaction gets how long compacting the key index took: the
+	// pause it puts on writes (etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds).
+	IndexCompaction func(time.Duration)
+	// CompactionBatch gets how long one backend update of a compaction
+	// took (etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds).
+	CompactionBatch func(time.Duration)
+	// Compaction gets, when a compaction's backend part ends (done or
+	// stopped), how long that part took and how many revisions it
+	// deleted (etcd_debugging_mvcc_db_compaction_total_duration_milliseconds,
+	// _keys_total, _last).
+	Compaction func(d time.Duration, deleted int)
+	// Hash and HashByRev get how long a Store.Hash and a HashByRev that
+	// hashed took (etcd_mvcc_hash_duration_seconds, etcd_mvcc_hash_rev_duration_seconds).
+	Hash, HashByRev func(time.Duration)
 }
 
 // Open opens the store kept in be with the default Options and logger lg
@@ -152,6 +175,7 @@ func OpenWithOptions(be backend.Backend, o Options) (*Store, error) {
 		batchLimit:        o.BatchLimit,
 		batchBytes:        o.BatchBytes,
 		onCommit:          o.OnCommit,
+		observe:           o.Observe,
 		tracer:            o.Tracer,
 		externalCompactor: o.ExternalCompactor,
 	})
@@ -165,6 +189,7 @@ type config struct {
 	batchLimit        int
 	batchBytes        int
 	onCommit          func(time.Duration)
+	observe           Observers
 	tracer            trace.Tracer
 	externalCompactor bool
 	// afterCompactChunk is called by the compactor after each chunk.
@@ -192,7 +217,7 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 		lg = zap.NewNop()
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{be: be, idx: index.New(), lg: lg, compactRev: -1,
+	s := &Store{be: be, idx: index.New(), lg: lg, compactRev: -1, observe: cfg.observe,
 		active: newWbuf(), batchLimit: cfg.batchLimit, batchBytes: cfg.batchBytes}
 	s.bufs.Store(&bufState{})
 	s.compactor.init(s, cfg.compactBatchLimit)

@@ -50,9 +50,9 @@ type Metrics struct {
 	grpc *grpcMetrics
 }
 
-// diskHistograms are etcd's disk latency histograms. The WAL and the store,
-// which the raft node and so the Metrics depend on, feed them; so they are
-// made apart.
+// diskHistograms are etcd's disk latency histograms and the store's
+// compaction and hash metrics. The WAL and the store, which the raft node
+// and so the Metrics depend on, feed them; so they are made apart.
 type diskHistograms struct {
 	walFsync      prometheus.Histogram // etcd_disk_wal_fsync_duration_seconds
 	walWrite      prometheus.Histogram // etcd_disk_wal_write_duration_seconds
@@ -63,12 +63,44 @@ type diskHistograms struct {
 	// raft snapshots sent to peers, from the read view to the last byte, as
 	// etcd times its backend snapshots.
 	backendSnapshot prometheus.Histogram
+	// The store's compaction and hash metrics (etcd's mvcc/metrics.go).
+	indexCompactionPause, dbCompactionPause, dbCompactionTotal prometheus.Histogram
+	dbCompactionKeys                                           prometheus.Counter
+	dbCompactionLast                                           prometheus.Gauge
+	hash, hashRev                                              prometheus.Histogram
+}
+
+// storeObservers feed the store's compaction and hash metrics, in etcd's
+// units (whole milliseconds where etcd counts them so).
+func (d diskHistograms) storeObservers() mvcc.Observers {
+	ms := func(h prometheus.Histogram) func(time.Duration) {
+		return func(t time.Duration) { h.Observe(float64(t / time.Millisecond)) }
+	}
+	return mvcc.Observers{
+		IndexCompaction: ms(d.indexCompactionPause),
+		CompactionBatch: ms(d.dbCompactionPause),
+		Compaction: func(t time.Duration, deleted int) {
+			d.dbCompactionTotal.Observe(float64(t / time.Millisecond))
+			d.dbCompactionKeys.Add(float64(deleted))
+			d.dbCompactionLast.Set(float64(time.Now().Unix()))
+		},
+		Hash:      func(t time.Duration) { d.hash.Observe(t.Seconds()) },
+		HashByRev: func(t time.Duration) { d.hashRev.Observe(t.Seconds()) },
+	}
+}
+
+func (d diskHistograms) collectors() []prometheus.Collector {
+	return []prometheus.Collector{d.walFsync, d.walWrite, d.backendCommit, d.backendDefrag, d.backendSnapshot,
+		d.indexCompactionPause, d.dbCompactionPause, d.dbCompactionTotal, d.dbCompactionKeys, d.dbCompactionLast, d.hash, d.hashRev}
 }
 
 func newDiskHistograms() diskHistograms {
 	h := func(name, help string) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: name,
 			Help: help, Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	}
+	mh := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: name, Help: help, Buckets: buckets})
 	}
 	return diskHistograms{
 		walFsync:      h("wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL."),
@@ -78,6 +110,17 @@ func newDiskHistograms() diskHistograms {
 			Help: "The latency distribution of backend defragmentation.", Buckets: prometheus.ExponentialBuckets(.1, 2, 13)}),
 		backendSnapshot: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "backend_snapshot_duration_seconds",
 			Help: "The latency distribution of backend snapshots.", Buckets: prometheus.ExponentialBuckets(.01, 2, 17)}),
+		indexCompactionPause: mh("index_compaction_pause_duration_milliseconds", "Bucketed histogram of index compaction pause duration.", prometheus.ExponentialBuckets(0.5, 2, 14)),
+		dbCompactionPause:    mh("db_compaction_pause_duration_milliseconds", "Bucketed histogram of db compaction pause duration.", prometheus.ExponentialBuckets(1, 2, 13)),
+		dbCompactionTotal:    mh("db_compaction_total_duration_milliseconds", "Bucketed histogram of db compaction total duration.", prometheus.ExponentialBuckets(100, 2, 14)),
+		dbCompactionKeys: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "db_compaction_keys_total",
+			Help: "Total number of db keys compacted."}),
+		dbCompactionLast: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "db_compaction_last",
+			Help: "The unix time of the last db compaction. Resets to 0 on start."}),
+		hash: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "mvcc", Name: "hash_duration_seconds",
+			Help: "The latency distribution of storage hash operation.", Buckets: prometheus.ExponentialBuckets(.01, 2, 15)}),
+		hashRev: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "mvcc", Name: "hash_rev_duration_seconds",
+			Help: "The latency distribution of storage hash by revision operation.", Buckets: prometheus.ExponentialBuckets(.01, 2, 15)}),
 	}
 }
 
@@ -187,7 +230,8 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 	mt.snapSent = snapCounter("snapshot_send_success", "Total number of successful snapshot sends", "To")
 	mt.snapSendFailed = snapCounter("snapshot_send_failures", "Total number of snapshot send failures", "To")
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
-	r.MustRegister(disk.walFsync, disk.walWrite, disk.backendCommit, disk.backendDefrag, disk.backendSnapshot, mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
+	r.MustRegister(disk.collectors()...)
+	r.MustRegister(mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
 		mt.slowApplies, mt.slowReadIndexes, mt.proposalsFailed, mt.readIndexesFailed, mt.peerRTT, mt.snapshotInstalling, mt.grpc.server)
 	r.MustRegister(mt.grpc.collectors()...)
 	return mt, nil

@@ -150,6 +150,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHi
 		BatchLimit:        c.BackendBatchLimit,
 		CompactBatchLimit: c.CompactionBatchLimit,
 		OnCommit:          func(d time.Duration) { disk.backendCommit.Observe(d.Seconds()) },
+		Observe:           disk.storeObservers(),
 		Tracer:            tr,
 		// startActors runs it in the actor group: a failed compaction stops
 		// the member.
