@@ -130,6 +130,10 @@ type Deps struct {
 	// SnapshotDuration each Maintenance.Snapshot's, from the read view to
 	// the last byte sent (etcd_disk_backend_snapshot_duration_seconds).
 	DefragDuration, SnapshotDuration Observer
+	// LearnerPromotions, if set, counts the promotions this member made as
+	// the leader (etcd_server_learner_promote_successes); a follower
+	// forwards the call, and the leader counts it.
+	LearnerPromotions apply.Counter
 }
 
 // Observer takes a measurement (a prometheus.Histogram is one).

@@ -20,6 +20,24 @@ var etcdFeatureGates = map[string]bool{
 	"PriorityRequest":              false,
 }
 
+// etcdFeatureStages are the gates' pre-release stages as etcd v3.7 names
+// them (the stage label of etcd_server_feature_enabled).
+var etcdFeatureStages = map[string]string{
+	"StopGRPCServiceOnDefrag":      "ALPHA",
+	"InitialCorruptCheck":          "ALPHA",
+	"CompactHashCheck":             "ALPHA",
+	"TxnModeWriteWithSharedBuffer": "BETA",
+	"LeaseCheckpoint":              "ALPHA",
+	"LeaseCheckpointPersist":       "ALPHA",
+	"SetMemberLocalAddr":           "ALPHA",
+	"FastLeaseKeepAlive":           "BETA",
+	"PriorityRequest":              "ALPHA",
+}
+
+// FeatureStage returns a feature gate's pre-release stage as etcd names
+// it: "ALPHA", "BETA" ("" for an unknown gate).
+func FeatureStage(name string) string { return etcdFeatureStages[name] }
+
 // unsupportedFeatureGates are the etcd gates kvd does not implement: each may
 // only be given its etcd default, and any other value is refused naming the
 // gate, rather than accepted and ignored. The gates kvd implements:

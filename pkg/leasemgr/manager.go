@@ -56,6 +56,11 @@ type Config struct {
 	RetryInterval time.Duration
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// OnGrant, if set, gets the TTL in seconds of each lease Grant adds,
+	// raised to MinTTL (etcd_debugging_lease_ttl_total, which etcd
+	// observes on every member's grant). Called with the manager locked:
+	// it must not call the manager.
+	OnGrant func(ttl int64)
 }
 
 // MinTTL is etcd's minimum lease TTL for a raft tick interval and an election
@@ -228,6 +233,9 @@ func (m *Manager) Grant(id, ttl int64) (Record, error) {
 	l := m.newLease(id, ttl)
 	m.add(l)
 	m.counts.granted.Add(1)
+	if m.cfg.OnGrant != nil {
+		m.cfg.OnGrant(l.ttl)
+	}
 	return Record{ID: id, TTL: l.ttl}, nil
 }
 

@@ -137,7 +137,11 @@ type Node struct {
 	lead          atomic.Uint64
 	leaderChanges atomic.Uint64
 	commit        atomic.Uint64
-	leaderc       atomic.Pointer[chan struct{}] // closed when a leader is known
+	// heartbeats finds the leader's late heartbeats (driver goroutine);
+	// lateHeartbeats counts them.
+	heartbeats     heartbeatWatch
+	lateHeartbeats atomic.Uint64
+	leaderc        atomic.Pointer[chan struct{}] // closed when a leader is known
 
 	// pendingTraces are the contexts of proposals made since the last Ready,
 	// in proposal order: raft appends their entries in that order.
@@ -224,6 +228,8 @@ func New(cfg Config) (*Node, error) {
 		Applies: actors.NewInbox[*raftpb.Message](),
 		readers: make(map[uint64]*readBatch),
 		stopped: make(chan struct{}),
+		// etcd's: twice the heartbeat interval.
+		heartbeats: newHeartbeatWatch(2 * time.Duration(cfg.HeartbeatTicks) * cfg.TickInterval),
 	}
 	ch := make(chan struct{})
 	n.leaderc.Store(&ch)
@@ -242,6 +248,11 @@ func (n *Node) Leader() uint64 { return n.lead.Load() }
 // LeaderChanges counts the leaders this member has seen (etcd's
 // etcd_server_leader_changes_seen_total).
 func (n *Node) LeaderChanges() uint64 { return n.leaderChanges.Load() }
+
+// LateHeartbeats counts the heartbeats this member, as the leader, sent to
+// a peer more than two heartbeat intervals after the previous one
+// (etcd_server_heartbeat_send_failures_total).
+func (n *Node) LateHeartbeats() uint64 { return n.lateHeartbeats.Load() }
 
 // CommitIndex is the highest index known committed.
 func (n *Node) CommitIndex() uint64 { return n.commit.Load() }
@@ -389,6 +400,9 @@ func (n *Node) handleReady() error {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
+			if rd.SoftState.Lead != n.lead.Load() {
+				n.heartbeats.reset()
+			}
 			n.setLeader(rd.SoftState.Lead)
 		}
 		if hs := rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
@@ -407,6 +421,9 @@ func (n *Node) handleReady() error {
 			case raft.LocalApplyThread:
 				n.Applies.Put(m)
 			default:
+				if m.GetType() == raftpb.MsgHeartbeat {
+					n.heartbeatSent(m.GetTo())
+				}
 				remote = append(remote, m)
 			}
 		}
@@ -415,6 +432,16 @@ func (n *Node) handleReady() error {
 		}
 	}
 	return nil
+}
+
+// heartbeatSent counts a late heartbeat to peer, and logs it as etcd does.
+func (n *Node) heartbeatSent(peer uint64) {
+	if late, by := n.heartbeats.sent(peer, time.Now()); late {
+		n.lateHeartbeats.Add(1)
+		n.lg.Warn("leader failed to send out heartbeat on time; took too long, leader is overloaded likely from slow disk",
+			zap.String("to", fmt.Sprintf("%x", peer)), zap.Duration("heartbeat-interval", n.heartbeats.max/2),
+			zap.Duration("expected-duration", n.heartbeats.max), zap.Duration("exceeded-duration", by))
+	}
 }
 
 func (n *Node) step(m *raftpb.Message) {

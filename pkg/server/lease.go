@@ -15,8 +15,9 @@ import (
 
 // newLeases loads the leases kept in the store, with the minimum TTL etcd
 // derives from the election timeout.
-func newLeases(c *config.Config, st *mvcc.Store, lg *zap.Logger) (*leasemgr.Manager, error) {
-	m := leasemgr.New(leasemgr.Config{MinTTL: leasemgr.MinTTL(c.HeartbeatDuration(), c.ElectionTicks())})
+func newLeases(c *config.Config, st *mvcc.Store, disk earlyMetrics, lg *zap.Logger) (*leasemgr.Manager, error) {
+	m := leasemgr.New(leasemgr.Config{MinTTL: leasemgr.MinTTL(c.HeartbeatDuration(), c.ElectionTicks()),
+		OnGrant: func(ttl int64) { disk.leaseTTL.Observe(float64(ttl)) }})
 	if err := m.Recover(st); err != nil {
 		return nil, fmt.Errorf("open lease manager: %w", err)
 	}

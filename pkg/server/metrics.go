@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"time"
@@ -46,14 +47,17 @@ type Metrics struct {
 	peerRTT *prometheus.HistogramVec
 	// snapshotInstalling is 1 while a leader's snapshot is installed.
 	snapshotInstalling prometheus.Gauge
+	// learnerPromotions counts the promotions made as the leader.
+	learnerPromotions prometheus.Counter
 	// grpc is the gRPC server's metrics (grpcmetrics.go).
 	grpc *grpcMetrics
 }
 
-// diskHistograms are etcd's disk latency histograms and the store's
-// compaction and hash metrics. The WAL and the store, which the raft node
-// and so the Metrics depend on, feed them; so they are made apart.
-type diskHistograms struct {
+// earlyMetrics are the metrics fed by parts made before the Metrics: etcd's
+// disk latency histograms, the store's compaction and hash metrics, the
+// lease TTL histogram. The WAL, the store and the lease manager, which the
+// raft node and so the Metrics depend on, feed them; so they are made apart.
+type earlyMetrics struct {
 	walFsync      prometheus.Histogram // etcd_disk_wal_fsync_duration_seconds
 	walWrite      prometheus.Histogram // etcd_disk_wal_write_duration_seconds
 	backendCommit prometheus.Histogram // etcd_disk_backend_commit_duration_seconds
@@ -68,11 +72,12 @@ type diskHistograms struct {
 	dbCompactionKeys                                           prometheus.Counter
 	dbCompactionLast                                           prometheus.Gauge
 	hash, hashRev                                              prometheus.Histogram
+	leaseTTL                                                   prometheus.Histogram // etcd_debugging_lease_ttl_total
 }
 
 // storeObservers feed the store's compaction and hash metrics, in etcd's
 // units (whole milliseconds where etcd counts them so).
-func (d diskHistograms) storeObservers() mvcc.Observers {
+func (d earlyMetrics) storeObservers() mvcc.Observers {
 	ms := func(h prometheus.Histogram) func(time.Duration) {
 		return func(t time.Duration) { h.Observe(float64(t / time.Millisecond)) }
 	}
@@ -89,12 +94,12 @@ func (d diskHistograms) storeObservers() mvcc.Observers {
 	}
 }
 
-func (d diskHistograms) collectors() []prometheus.Collector {
+func (d earlyMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{d.walFsync, d.walWrite, d.backendCommit, d.backendDefrag, d.backendSnapshot,
-		d.indexCompactionPause, d.dbCompactionPause, d.dbCompactionTotal, d.dbCompactionKeys, d.dbCompactionLast, d.hash, d.hashRev}
+		d.indexCompactionPause, d.dbCompactionPause, d.dbCompactionTotal, d.dbCompactionKeys, d.dbCompactionLast, d.hash, d.hashRev, d.leaseTTL}
 }
 
-func newDiskHistograms() diskHistograms {
+func newEarlyMetrics() earlyMetrics {
 	h := func(name, help string) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: name,
 			Help: help, Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
@@ -102,7 +107,7 @@ func newDiskHistograms() diskHistograms {
 	mh := func(name, help string, buckets []float64) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: name, Help: help, Buckets: buckets})
 	}
-	return diskHistograms{
+	return earlyMetrics{
 		walFsync:      h("wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL."),
 		walWrite:      h("wal_write_duration_seconds", "The latency distributions of write called by WAL."),
 		backendCommit: h("backend_commit_duration_seconds", "The latency distributions of commit called by backend."),
@@ -121,10 +126,13 @@ func newDiskHistograms() diskHistograms {
 			Help: "The latency distribution of storage hash operation.", Buckets: prometheus.ExponentialBuckets(.01, 2, 15)}),
 		hashRev: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "mvcc", Name: "hash_rev_duration_seconds",
 			Help: "The latency distribution of storage hash by revision operation.", Buckets: prometheus.ExponentialBuckets(.01, 2, 15)}),
+		// 1 second to 3 months, as etcd.
+		leaseTTL: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd_debugging", Subsystem: "lease", Name: "ttl_total",
+			Help: "Bucketed histogram of lease TTLs.", Buckets: prometheus.ExponentialBuckets(1, 2, 24)}),
 	}
 }
 
-func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal *raftlog.Log, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, disk diskHistograms) (*Metrics, error) {
+func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal *raftlog.Log, st *mvcc.Store, reg *apply.Registry, ap *apply.Applied, lm *leasemgr.Manager, az *authz.Store, disk earlyMetrics) (*Metrics, error) {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gauge := func(ns, sub, name, help string, f func() float64) {
@@ -142,6 +150,8 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 	gauge("etcd", "server", "has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", func() float64 { return b2f(n.Leader() != 0) })
 	gauge("etcd", "server", "is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", func() float64 { return b2f(n.Leader() == n.ID()) })
 	counter("etcd", "server", "leader_changes_seen_total", "The number of leader changes seen.", func() float64 { return float64(n.LeaderChanges()) })
+	counter("etcd", "server", "heartbeat_send_failures_total", "The total number of leader heartbeat send failures (likely overloaded from slow disk).",
+		func() float64 { return float64(n.LateHeartbeats()) })
 	// Gauges in etcd too: they are raft indexes, which a snapshot install
 	// may move.
 	gauge("etcd", "server", "proposals_committed_total", "The total number of consensus proposals committed.", func() float64 { return float64(n.CommitIndex()) })
@@ -200,7 +210,16 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 		return nil, err
 	}
 	eng.WithLabelValues(name).Set(1)
-	r.MustRegister(cv, eng, newKnownPeers(cl))
+	features, err := c.Features()
+	if err != nil {
+		return nil, fmt.Errorf("feature-gates: %w", err)
+	}
+	fe := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_feature_enabled",
+		Help: "Whether or not a feature is enabled. 1 is enabled, 0 is not."}, []string{"name", "stage"})
+	for name, on := range features {
+		fe.WithLabelValues(name, config.FeatureStage(name)).Set(b2f(on))
+	}
+	r.MustRegister(cv, eng, fe, newKnownPeers(cl))
 
 	mt := &Metrics{
 		Registry:  r,
@@ -222,6 +241,8 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 			Help: "Round-Trip-Time histogram between peers", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"To"}),
 		snapshotInstalling: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "snapshot_apply_in_progress_total",
 			Help: "1 if the server is applying the incoming snapshot. 0 if none."}),
+		learnerPromotions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "learner_promote_successes",
+			Help: "The total number of successful learner promotions while this member is leader."}),
 		grpc: newGRPCMetrics(c),
 	}
 	snapCounter := func(name, help, label string) *prometheus.CounterVec {
@@ -232,7 +253,7 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 	mt.snapReceived = snapCounter("snapshot_receive_success", "Total number of successful snapshot receives", "From")
 	r.MustRegister(disk.collectors()...)
 	r.MustRegister(mt.watchers, mt.streams, mt.events, mt.unsynced, mt.slowWatch, mt.snapSent, mt.snapSendFailed, mt.snapReceived,
-		mt.slowApplies, mt.slowReadIndexes, mt.proposalsFailed, mt.readIndexesFailed, mt.peerRTT, mt.snapshotInstalling, mt.grpc.server)
+		mt.slowApplies, mt.slowReadIndexes, mt.proposalsFailed, mt.readIndexesFailed, mt.peerRTT, mt.snapshotInstalling, mt.learnerPromotions, mt.grpc.server)
 	r.MustRegister(mt.grpc.collectors()...)
 	return mt, nil
 }
@@ -347,9 +368,10 @@ func (p *peerStats) Collect(ch chan<- prometheus.Metric) {
 // transport's counters, the watch hub's mailbox, the snapshot install
 // gauge, the API's counters and defragment gauge. It runs before the actors start
 // and the API serves.
-func registerLateMetrics(mt *Metrics, disk diskHistograms, cl *membership.Cluster, tr *transport.Transport, hub *watchhub.Hub, a *Actors, s *api.Server) {
+func registerLateMetrics(mt *Metrics, disk earlyMetrics, cl *membership.Cluster, tr *transport.Transport, hub *watchhub.Hub, a *Actors, s *api.Server) {
 	s.ProposalsFailed, s.ReadIndexesFailed = mt.proposalsFailed, mt.readIndexesFailed
 	s.ClientRequests = mt.grpc.requests.Inc
+	s.LearnerPromotions = mt.learnerPromotions
 	s.DefragDuration, s.SnapshotDuration = disk.backendDefrag, disk.backendSnapshot
 	mt.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "disk", Name: "defrag_inflight",
 		Help: "Whether or not defrag is active on the member. 1 means active, 0 means not."}, func() float64 {

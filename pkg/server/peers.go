@@ -49,7 +49,7 @@ type peerLink struct {
 	incoming map[uint64]string // snapshot index -> received dump file
 }
 
-func newPeerLink(c *config.Config, st *mvcc.Store, disk diskHistograms, lg *zap.Logger) (*peerLink, error) {
+func newPeerLink(c *config.Config, st *mvcc.Store, disk earlyMetrics, lg *zap.Logger) (*peerLink, error) {
 	out := filepath.Join(c.MemberDir(), "snap-outgoing")
 	// Leftovers of a crash mid-send are useless.
 	if err := os.RemoveAll(out); err != nil {

@@ -75,7 +75,7 @@ func Module() fx.Option {
 			newPlugins,
 			newWatchConfig,
 			newMetrics,
-			newDiskHistograms,
+			newEarlyMetrics,
 			watchhub.New,
 			newAlarms,
 			newQuota,
@@ -143,7 +143,7 @@ func openBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
 	return engine.Open(c, c.Backend.Engine, c.BackendDir(), lg)
 }
 
-func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHistograms, tr trace.Tracer, lg *zap.Logger) (*mvcc.Store, error) {
+func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk earlyMetrics, tr trace.Tracer, lg *zap.Logger) (*mvcc.Store, error) {
 	s, err := mvcc.OpenWithOptions(be, mvcc.Options{
 		Logger:            lg.Named("mvcc"),
 		BatchInterval:     c.BackendBatchInterval.Std(),
@@ -165,7 +165,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk diskHi
 	return s, nil
 }
 
-func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, disk diskHistograms, lg *zap.Logger) (*raftlog.Log, error) {
+func newRaftLog(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, disk earlyMetrics, lg *zap.Logger) (*raftlog.Log, error) {
 	l, err := raftlog.Open(raftlog.Options{Dir: c.WALPath(), NoSync: c.UnsafeNoFsync, SegmentSize: failpoint.WALSegmentBytes(), Logger: lg.Named("wal"), CatchUpEntries: c.SnapshotCatchupEntries,
 		MaxSnapshots: c.MaxSnapshots, MaxWALs: c.MaxWALs,
 		OnFsync: func(d time.Duration) { disk.walFsync.Observe(d.Seconds()) },
