@@ -174,6 +174,8 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 			fmt.Fprintf(&b, `<rect class="bar" data-server="%s" data-workload="%s" data-value="%s" x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s, %s: %s</title></rect>`+"\n",
 				esc(s), esc(id), strconv.FormatFloat(v, 'g', -1, 64), num(bx), num(baseY-h), num(barW), num(h), seriesColor(c.Series, i),
 				esc(s), esc(strings.ReplaceAll(label, "\n", " ")), esc(text))
+			// The value sits on the bar, over the range line: a white halo
+			// keeps it readable where the line crosses it.
 			labelY := baseY - h - 5
 			if lo, hi, ok := c.rangeOf(g, i); ok {
 				cap := math.Min(10, barW*0.3)
@@ -182,10 +184,9 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 					esc(s), esc(id), strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64))
 				fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s"/><line x1="%s" y1="%s" x2="%s" y2="%s"/><line x1="%s" y1="%s" x2="%s" y2="%s"/></g>`+"\n",
 					num(cx), num(y1), num(cx), num(y2), num(cx-cap/2), num(y1), num(cx+cap/2), num(y1), num(cx-cap/2), num(y2), num(cx+cap/2), num(y2))
-				labelY = math.Min(labelY, y2-5)
 			}
 			fs := math.Min(12, math.Max(8, barW/(0.62*float64(len(text)))))
-			fmt.Fprintf(&b, `<text class="value" data-server="%s" x="%s" y="%s" font-size="%s" text-anchor="middle" fill="#1a1a1a">%s</text>`+"\n",
+			fmt.Fprintf(&b, `<text class="value" data-server="%s" x="%s" y="%s" font-size="%s" text-anchor="middle" fill="#1a1a1a" stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-order="stroke">%s</text>`+"\n",
 				esc(s), num(cx), num(labelY), num(fs), esc(text))
 		}
 		lx := marginL + float64(g)*groupW + groupW/2
