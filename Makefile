@@ -2,7 +2,7 @@
 # the e2e module (real kvd, etcd and etcdctl processes) runs after it.
 GO ?= go
 
-.PHONY: all test tidy unit e2e build bench fuzz fuzz-short robustness
+.PHONY: all test tidy unit e2e build bench plots fuzz fuzz-short robustness
 
 # make alone builds kvd and the auth plugins into bin/.
 all: build
@@ -62,3 +62,9 @@ build:
 
 bench:
 	./scripts/bench.sh
+
+# The SVG plots in docs/img/ from the runs in docs/bench/ (scripts/bench.sh
+# --json FILE); see docs/benchmarks.md, "Current summary".
+plots:
+	$(GO) run ./tools/benchplot -in docs/bench/single-member.json -out docs/img -prefix bench
+	$(GO) run ./tools/benchplot -in docs/bench/three-member.json -out docs/img -prefix bench-3-member
