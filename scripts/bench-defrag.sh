@@ -159,7 +159,10 @@ record() {
 	p99[$key]+="$(jfield "$json" p99) "
 	p999[$key]+="$(jfield "$json" p99_9) "
 	slowest[$key]+="$(jfield "$json" slowest) "
-	errs[$key]=$((${errs[$key]:-0} + $(jfield "$json" errors)))
+	local e
+	e=$(jfield "$json" errors)
+	# No JSON at all (the tool failed before printing) counts as one error.
+	errs[$key]=$((${errs[$key]:-0} + ${e:-1}))
 }
 
 # server_took LOG FROM: the durations in seconds, one a line, of the
@@ -198,8 +201,15 @@ for ((r = 0; r < rounds; r++)); do
 		log "round $((r + 1))/$rounds, $s: starting"
 		start_server "$s" "$r" || exit 1
 		log "$s: filling $keys keys of 1 KiB"
-		json=$("$bench" --endpoints "$endpoint" --clients 64 --conns 8 --total "$keys" --request-timeout 60s --json \
-			put --key-size 8 --val-size 1024 --key-space-size "$keys" --sequential-keys --key-prefix fill/)
+		if ! json=$("$bench" --endpoints "$endpoint" --clients 64 --conns 8 --total "$keys" --request-timeout 60s --json \
+			put --key-size 8 --val-size 1024 --key-space-size "$keys" --sequential-keys --key-prefix fill/); then
+			# A server that cannot be filled gets no figures this round;
+			# the others still run.
+			log "$s: fill failed (load tool exit status $?); skipping this round of $s"
+			stop_server
+			rm -rf "${work:?}/$s.data"
+			continue
+		fi
 		log "$s: filled at $(jfield "$json" rps) puts/s"
 		size[$s]+="$(db_size) "
 		log "$s: db size $(db_size); measuring puts without defrag"
@@ -212,13 +222,19 @@ for ((r = 0; r < rounds; r++)); do
 		sleep "${warmup%s}"
 		defrag_loop "$work/defrag.times" &
 		defrag_pid=$!
-		wait "$load_pid"
+		# The load tool fails when a server stalls past its request
+		# timeout (etcd's stop-the-world defragment of a large file can):
+		# record that and go on with the other servers.
+		if ! wait "$load_pid"; then
+			log "$s: the load tool failed during the defragments; its figures for this round are what it printed, if anything"
+			errs[$s,defrag]=$((${errs[$s,defrag]:-0} + 1))
+		fi
 		kill "$defrag_pid" 2>/dev/null || true
 		wait "$defrag_pid" 2>/dev/null || true
 		defrag_pid=""
 		# The defragment the kill interrupted goes on in the server; let it end.
 		ctl defrag >/dev/null
-		record "$s,defrag" "$(cat "$work/load.json")"
+		if [ -s "$work/load.json" ]; then record "$s,defrag" "$(cat "$work/load.json")"; fi
 		# The server's own durations: a defragment longer than the window
 		# (kvd's throttled copy) ends only after it. All but the last, which
 		# ran after the load.
