@@ -74,14 +74,11 @@ func (be *Backend) Defrag() error {
 	be.retiring.Add(1)
 	go be.retire(old)
 	after := be.Size()
-	be.lg.Info("badger defrag done",
+	be.lg.With(st.Fields()...).Info("badger defrag done",
 		zap.String("old-dir", old.dir), zap.String("new-dir", be.pinDir()),
 		zap.Int64("size-before", before), zap.Int64("size-after", after),
 		zap.Int64("reclaimed", before-after),
-		zap.Duration("took", time.Since(start)),
-		zap.Duration("copy", st.Copy), zap.Duration("writers-paused", st.Paused),
-		zap.Int("replayed-writes", st.Replayed), zap.Int("replay-rounds", st.Rounds),
-		zap.Duration("throttled", st.Throttled), zap.Int64("journal-peak", st.JournalPeak))
+		zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -107,108 +104,83 @@ func (be *Backend) retire(old *store) {
 // swapInCopy copies the live store into a new subdirectory, replays the
 // journal into it, points CURRENT at it and makes it the live store. It
 // returns the replaced store, which readers may still pin.
-func (be *Backend) swapInCopy() (_ *store, st defrag.Stats, err error) {
+func (be *Backend) swapInCopy() (*store, defrag.Stats, error) {
 	name := newDataName()
 	dir := filepath.Join(be.root, name)
 	db, err := badger.Open(be.opts.badgerOptions(dir, be.sync))
 	if err != nil {
-		return nil, st, fmt.Errorf("defrag: open badger db %s: %w", dir, err)
+		return nil, defrag.Stats{}, fmt.Errorf("defrag: open badger db %s: %w", dir, err)
 	}
-
-	// The snapshot and the journal start together, under writeMu: every
-	// commit is either in the snapshot or in the journal, never both. Only
-	// Defrag replaces cur, and defragMu keeps this one the only Defrag.
-	be.writeMu.Lock()
-	old := be.cur
-	snap := old.db.NewTransaction(false)
-	j := defrag.NewJournal[op]()
-	be.journal.Store(j)
-	be.writeMu.Unlock()
-
-	locked := false
-	defer func() {
-		if err == nil {
-			return
-		}
-		if !locked {
-			be.writeMu.Lock()
-		}
-		be.journal.Store(nil)
-		be.writeMu.Unlock()
-		j.End()
-		_ = db.Close()
-		_ = os.RemoveAll(dir)
-	}()
-
-	if err := defrag.Stage("copy"); err != nil {
-		snap.Discard()
-		return nil, st, err
-	}
-	t0 := time.Now()
-	pc := defrag.NewPacer(j.Headroom)
-	defer func() {
-		st.Throttled = pc.Slept()
-		st.JournalPeak = j.Peak()
-	}()
-	err = copySnapshot(snap, db, pc)
-	snap.Discard()
+	t := &badgerCopy{be: be, db: db, name: name, dir: dir}
+	// Only Defrag replaces cur, and defragMu keeps this one the only
+	// Defrag, so cur read under writeMu in Snapshot is the store Swap
+	// replaces.
+	st, err := defrag.Run(&be.writeMu, &be.journal, t)
 	if err != nil {
-		return nil, st, fmt.Errorf("defrag: copy %s to %s: %w", old.dir, dir, err)
-	}
-	// Flush the copy now, so that the sync under writeMu below writes only
-	// what the last replay adds.
-	if err := db.Sync(); err != nil {
-		return nil, st, fmt.Errorf("defrag: sync %s: %w", dir, err)
-	}
-	st.Copy = time.Since(t0)
-	if err := defrag.Stage("replay"); err != nil {
 		return nil, st, err
 	}
-	err = defrag.ReplayUnlocked(j, pc, &st, func(ops []op, pc *defrag.Pacer) error { return replay(db, ops, pc) })
-	if err != nil {
-		return nil, st, fmt.Errorf("defrag: replay into %s: %w", dir, err)
-	}
-	// As after the copy: the sync under writeMu writes only the last
-	// replay.
-	if err := db.Sync(); err != nil {
-		return nil, st, fmt.Errorf("defrag: sync %s: %w", dir, err)
-	}
+	return t.old, st, nil
+}
 
-	be.writeMu.Lock()
-	locked = true
-	t1 := time.Now()
-	ops, _ := j.Drain()
-	st.Replayed += len(ops)
-	if err := replay(db, ops, nil); err != nil {
-		return nil, st, fmt.Errorf("defrag: replay into %s: %w", dir, err)
+// badgerCopy is the new database of a Defrag (defrag.Target), in its own
+// subdirectory until CURRENT names it.
+type badgerCopy struct {
+	be        *Backend
+	db        *badger.DB
+	name, dir string
+	old       *store // the live store the snapshot was taken of
+}
+
+func (c *badgerCopy) Snapshot() (func(*defrag.Pacer) error, func(), error) {
+	c.old = c.be.cur
+	snap := c.old.db.NewTransaction(false)
+	copyFn := func(pc *defrag.Pacer) error {
+		if err := copySnapshot(snap, c.db, pc); err != nil {
+			return fmt.Errorf("%s to %s: %w", c.old.dir, c.dir, err)
+		}
+		return nil
 	}
-	if err := defrag.Stage("swap"); err != nil {
-		return nil, st, err
+	return copyFn, snap.Discard, nil
+}
+
+func (c *badgerCopy) Replay(ops []op, pc *defrag.Pacer) error {
+	if err := replay(c.db, ops, pc); err != nil {
+		return fmt.Errorf("into %s: %w", c.dir, err)
 	}
-	if err := db.Sync(); err != nil {
-		return nil, st, fmt.Errorf("defrag: sync %s: %w", dir, err)
+	return nil
+}
+
+func (c *badgerCopy) Sync() error {
+	if err := c.db.Sync(); err != nil {
+		return fmt.Errorf("%s: %w", c.dir, err)
 	}
+	return nil
+}
+
+// Swap points CURRENT at the new database and makes it the live store.
+func (c *badgerCopy) Swap() error {
 	// Badger does not sync the directory entries of the tables it creates.
-	if err := fsutil.SyncDir(dir); err != nil {
-		return nil, st, fmt.Errorf("defrag: %w", err)
+	if err := fsutil.SyncDir(c.dir); err != nil {
+		return err
 	}
-	if err := writeCurrent(be.root, name); err != nil {
+	if err := writeCurrent(c.be.root, c.name); err != nil {
 		// The rename may have happened before the failure (syncing the
 		// directory): then the new database is live on disk, and must be
 		// here too.
-		if live, rerr := readCurrent(be.root); rerr != nil || live != name {
-			return nil, st, fmt.Errorf("defrag: %w", err)
+		if live, rerr := readCurrent(c.be.root); rerr != nil || live != c.name {
+			return err
 		}
-		be.lg.Warn("badger defrag: CURRENT names the new database but writing it failed", zap.String("dir", dir), zap.Error(err))
+		c.be.lg.Warn("badger defrag: CURRENT names the new database but writing it failed", zap.String("dir", c.dir), zap.Error(err))
 	}
-	be.curMu.Lock()
-	be.cur = &store{db: db, dir: dir}
-	be.curMu.Unlock()
-	be.journal.Store(nil)
-	j.End()
-	st.Paused = time.Since(t1)
-	be.writeMu.Unlock()
-	return old, st, nil
+	c.be.curMu.Lock()
+	c.be.cur = &store{db: c.db, dir: c.dir}
+	c.be.curMu.Unlock()
+	return nil
+}
+
+func (c *badgerCopy) Abort() {
+	_ = c.db.Close()
+	_ = os.RemoveAll(c.dir)
 }
 
 // copySnapshot writes the latest version of every live kvd key that snap

@@ -62,133 +62,99 @@ func (be *Backend) Defrag() error {
 		return err
 	}
 	size, inUse := be.sizes()
-	be.lg.Info("bolt defrag done",
+	be.lg.With(st.Fields()...).Info("bolt defrag done",
 		zap.String("path", be.path),
 		zap.Int64("size-before", sizeBefore), zap.Int64("size-after", size),
 		zap.Int64("size-in-use-before", inUseBefore), zap.Int64("size-in-use-after", inUse),
 		zap.Int64("reclaimed", sizeBefore-size),
-		zap.Duration("took", time.Since(start)),
-		zap.Duration("copy", st.Copy), zap.Duration("writers-paused", st.Paused),
-		zap.Int("replayed-writes", st.Replayed), zap.Int("replay-rounds", st.Rounds),
-		zap.Duration("throttled", st.Throttled), zap.Int64("journal-peak", st.JournalPeak))
+		zap.Duration("took", time.Since(start)))
 	return nil
 }
 
-func (be *Backend) defrag() (st defrag.Stats, err error) {
+func (be *Backend) defrag() (defrag.Stats, error) {
 	tmpPath := be.path + defragSuffix
 	if err := os.Remove(tmpPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return st, fmt.Errorf("defrag: remove stale %s: %w", tmpPath, err)
+		return defrag.Stats{}, fmt.Errorf("defrag: remove stale %s: %w", tmpPath, err)
 	}
 	tmpOpts := be.bo
 	tmpOpts.NoSync = true // one fsync at the end instead of one per copy tx
 	tmp, err := bolt.Open(tmpPath, 0o600, tmpOpts.boltOptions())
 	if err != nil {
-		return st, fmt.Errorf("defrag: open %s: %w", tmpPath, err)
+		return defrag.Stats{}, fmt.Errorf("defrag: open %s: %w", tmpPath, err)
 	}
-
-	// The snapshot and the journal start together, under writeMu: every
-	// commit is either in the snapshot or in the journal, never both.
-	be.writeMu.Lock()
-	src, err := be.db.Begin(false)
+	t := &boltCopy{be: be, tmp: tmp, tmpPath: tmpPath}
+	st, err := defrag.Run(&be.writeMu, &be.journal, t)
 	if err != nil {
-		be.writeMu.Unlock()
-		_ = tmp.Close()
-		_ = os.Remove(tmpPath)
-		return st, fmt.Errorf("defrag: begin read tx: %w", err)
-	}
-	j := defrag.NewJournal[op]()
-	be.journal.Store(j)
-	be.writeMu.Unlock()
-
-	locked := false
-	defer func() {
-		if err == nil {
-			return
-		}
-		if !locked {
-			be.writeMu.Lock()
-		}
-		be.journal.Store(nil)
-		be.writeMu.Unlock()
-		j.End()
-		_ = tmp.Close()
-		_ = os.Remove(tmpPath)
-	}()
-
-	if err := defrag.Stage("copy"); err != nil {
-		_ = src.Rollback()
 		return st, err
 	}
-	t0 := time.Now()
-	pc := defrag.NewPacer(j.Headroom)
-	defer func() {
-		st.Throttled = pc.Slept()
-		st.JournalPeak = j.Peak()
-	}()
-	err = copyTx(tmp, src, defragCopyTxBytes, pc)
-	_ = src.Rollback()
-	if err != nil {
-		return st, fmt.Errorf("defrag: copy %s: %w", be.path, err)
-	}
-	// Flush the copy now, so that the fsync under writeMu below writes
-	// only what the last replay adds.
-	if err := tmp.Sync(); err != nil {
-		return st, fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
-	}
-	st.Copy = time.Since(t0)
-	if err := defrag.Stage("replay"); err != nil {
-		return st, err
-	}
-	err = defrag.ReplayUnlocked(j, pc, &st, func(ops []op, pc *defrag.Pacer) error { return replay(tmp, ops, pc) })
-	if err != nil {
-		return st, fmt.Errorf("defrag: replay into %s: %w", tmpPath, err)
-	}
-	// As after the copy: the fsync under writeMu writes only the last
-	// replay.
-	if err := tmp.Sync(); err != nil {
-		return st, fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
-	}
-
-	be.writeMu.Lock()
-	locked = true
-	t1 := time.Now()
-	ops, _ := j.Drain()
-	st.Replayed += len(ops)
-	if err := replay(tmp, ops, nil); err != nil {
-		return st, fmt.Errorf("defrag: replay into %s: %w", tmpPath, err)
-	}
-	if err := defrag.Stage("swap"); err != nil {
-		return st, err
-	}
-	if err := tmp.Sync(); err != nil {
-		return st, fmt.Errorf("defrag: sync %s: %w", tmpPath, err)
-	}
-	if err := os.Rename(tmpPath, be.path); err != nil {
-		return st, fmt.Errorf("defrag: rename %s: %w", tmpPath, err)
-	}
-	// From here Dir/db is the new file: serve from it, whatever happens.
-	// The file stays open; only its commits' fsyncs change.
-	tmp.NoSync = be.bo.NoSync
-	be.journal.Store(nil)
-	j.End()
-	be.mu.Lock()
-	old := be.db
-	be.db = tmp
-	be.mu.Unlock()
-	st.Paused = time.Since(t1)
-	be.writeMu.Unlock()
 	be.retired.Add(1)
 	go func() {
 		defer be.retired.Done()
 		// bolt's Close waits for the read transactions still open on old.
-		_ = old.Close()
+		_ = t.old.Close()
 	}()
 	if err := fsutil.SyncDir(filepath.Dir(be.path)); err != nil {
-		// Not an error of this Defrag (err would remove the new file): a
-		// crash may now leave either file live, both complete.
+		// Not an error of this Defrag: a crash may now leave either file
+		// live, both complete.
 		be.lg.Warn("bolt defrag: sync directory after rename", zap.String("path", be.path), zap.Error(err))
 	}
 	return st, nil
+}
+
+// boltCopy is the new file of a Defrag (defrag.Target), Dir/db.defrag.
+type boltCopy struct {
+	be      *Backend
+	tmp     *bolt.DB
+	tmpPath string
+	old     *bolt.DB // the replaced file, after Swap
+}
+
+func (c *boltCopy) Snapshot() (func(*defrag.Pacer) error, func(), error) {
+	src, err := c.be.db.Begin(false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("begin read tx: %w", err)
+	}
+	copyFn := func(pc *defrag.Pacer) error {
+		if err := copyTx(c.tmp, src, defragCopyTxBytes, pc); err != nil {
+			return fmt.Errorf("%s: %w", c.be.path, err)
+		}
+		return nil
+	}
+	return copyFn, func() { _ = src.Rollback() }, nil
+}
+
+func (c *boltCopy) Replay(ops []op, pc *defrag.Pacer) error {
+	if err := replay(c.tmp, ops, pc); err != nil {
+		return fmt.Errorf("into %s: %w", c.tmpPath, err)
+	}
+	return nil
+}
+
+func (c *boltCopy) Sync() error {
+	if err := c.tmp.Sync(); err != nil {
+		return fmt.Errorf("%s: %w", c.tmpPath, err)
+	}
+	return nil
+}
+
+// Swap renames the new file over Dir/db: from then on it is the live file
+// on disk, complete (synced before), and it is served from at once. The
+// file stays open; only its commits' fsyncs change.
+func (c *boltCopy) Swap() error {
+	if err := os.Rename(c.tmpPath, c.be.path); err != nil {
+		return fmt.Errorf("rename %s: %w", c.tmpPath, err)
+	}
+	c.tmp.NoSync = c.be.bo.NoSync
+	c.be.mu.Lock()
+	c.old = c.be.db
+	c.be.db = c.tmp
+	c.be.mu.Unlock()
+	return nil
+}
+
+func (c *boltCopy) Abort() {
+	_ = c.tmp.Close()
+	_ = os.Remove(c.tmpPath)
 }
 
 // copyTx copies every bucket of src into the empty dst, committing every

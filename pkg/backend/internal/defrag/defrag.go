@@ -1,15 +1,20 @@
 // Package defrag holds what the engines' online Defrag share (see the
 // Defrag comment in pkg/backend/backend.go and each engine's defrag.go):
-// the journal of the writes committed while the copy runs, the pacer that
-// throttles the copy so it yields to the live workload, and the replay
-// rounds without the writer lock. The engines keep what differs: how they
-// snapshot, copy, replay, sync and swap.
+// the protocol (Run: snapshot and journal under the writer lock, a paced
+// copy, replay rounds without the lock, the last replay and the swap under
+// it, cleanup on failure), the journal of the writes committed while the
+// copy runs, and the pacer that throttles the copy so it yields to the live
+// workload. The engines keep what differs (Target): how they snapshot,
+// copy, replay, sync and swap.
 package defrag
 
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 const (
@@ -82,6 +87,15 @@ type Stats struct {
 	Replayed, Rounds int
 	Throttled        time.Duration // the pacer's sleeps
 	JournalPeak      int64
+}
+
+// Fields are st as log fields, for the engines' "defrag done" lines.
+func (st Stats) Fields() []zap.Field {
+	return []zap.Field{
+		zap.Duration("copy", st.Copy), zap.Duration("writers-paused", st.Paused),
+		zap.Int("replayed-writes", st.Replayed), zap.Int("replay-rounds", st.Rounds),
+		zap.Duration("throttled", st.Throttled), zap.Int64("journal-peak", st.JournalPeak),
+	}
 }
 
 // Journal holds, in commit order, the writes of type T committed since a
@@ -232,4 +246,114 @@ func ReplayUnlocked[T any](j *Journal[T], pc *Pacer, st *Stats, replay func(ops 
 		}
 	}
 	return nil
+}
+
+// Target is one engine's side of a Defrag: the new store being built beside
+// the live one. Its errors name the store; Run adds the stage.
+type Target[T any] interface {
+	// Snapshot opens a read view of the live store. Run calls it holding
+	// the writer lock, so that the view and the journal start together:
+	// every commit is in the view or in the journal, never both. It
+	// returns the copy of the view into the new store, which Run calls
+	// without the lock, and the release of the view, which Run calls once,
+	// copied or not.
+	Snapshot() (copy func(*Pacer) error, release func(), err error)
+	// Replay writes journaled ops into the new store at pc's pace (nil:
+	// full speed).
+	Replay(ops []T, pc *Pacer) error
+	// Sync makes the new store durable so far.
+	Sync() error
+	// Swap makes the synced new store the live one, on disk and in memory.
+	// Run calls it holding the writer lock, after the last replay and
+	// sync. Once it has made the new store live on disk it must not fail.
+	Swap() error
+	// Abort removes the new store after a failure before Swap succeeded.
+	Abort()
+}
+
+// Run defragments online: under writeMu it opens t's snapshot and hooks a
+// new journal into slot (which every Update appends to); it copies the
+// snapshot at the pacer's pace and replays the journal in rounds without
+// the lock, each followed by a sync so that the one under the lock writes
+// little; then it takes writeMu, replays the rest, syncs, swaps, unhooks the
+// journal and releases the lock. Writers wait only for that last step
+// (Stats.Paused), unless the journal fills up. On an error nothing is
+// swapped: the journal is unhooked and t aborted.
+func Run[T any](writeMu *sync.Mutex, slot *atomic.Pointer[Journal[T]], t Target[T]) (st Stats, err error) {
+	writeMu.Lock()
+	copyFn, release, err := t.Snapshot()
+	if err != nil {
+		writeMu.Unlock()
+		t.Abort()
+		return st, fmt.Errorf("defrag: snapshot: %w", err)
+	}
+	j := NewJournal[T]()
+	slot.Store(j)
+	writeMu.Unlock()
+
+	locked := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !locked {
+			writeMu.Lock()
+		}
+		slot.Store(nil)
+		writeMu.Unlock()
+		j.End()
+		t.Abort()
+	}()
+
+	pc := NewPacer(j.Headroom)
+	defer func() {
+		st.Throttled = pc.Slept()
+		st.JournalPeak = j.Peak()
+	}()
+	if err := Stage("copy"); err != nil {
+		release()
+		return st, err
+	}
+	t0 := time.Now()
+	err = copyFn(pc)
+	release()
+	if err != nil {
+		return st, fmt.Errorf("defrag: copy: %w", err)
+	}
+	if err := t.Sync(); err != nil {
+		return st, fmt.Errorf("defrag: sync after the copy: %w", err)
+	}
+	st.Copy = time.Since(t0)
+	if err := Stage("replay"); err != nil {
+		return st, err
+	}
+	if err := ReplayUnlocked(j, pc, &st, t.Replay); err != nil {
+		return st, fmt.Errorf("defrag: replay: %w", err)
+	}
+	if err := t.Sync(); err != nil {
+		return st, fmt.Errorf("defrag: sync after the replay: %w", err)
+	}
+
+	writeMu.Lock()
+	locked = true
+	t1 := time.Now()
+	ops, _ := j.Drain()
+	st.Replayed += len(ops)
+	if err := t.Replay(ops, nil); err != nil {
+		return st, fmt.Errorf("defrag: replay: %w", err)
+	}
+	if err := Stage("swap"); err != nil {
+		return st, err
+	}
+	if err := t.Sync(); err != nil {
+		return st, fmt.Errorf("defrag: sync before the swap: %w", err)
+	}
+	if err := t.Swap(); err != nil {
+		return st, fmt.Errorf("defrag: swap: %w", err)
+	}
+	slot.Store(nil)
+	j.End()
+	st.Paused = time.Since(t1)
+	writeMu.Unlock()
+	return st, nil
 }
