@@ -111,7 +111,11 @@ func (c *clientCreds) ClientHandshake(ctx context.Context, authority string, raw
 	if name == "" {
 		name = hostOf(authority)
 	}
-	cfg := c.i.ClientConfig(name)
+	return clientHandshake(ctx, raw, c.i.ClientConfig(name))
+}
+
+// clientHandshake runs a client TLS handshake offering h2 on raw.
+func clientHandshake(ctx context.Context, raw net.Conn, cfg *tls.Config) (net.Conn, credentials.AuthInfo, error) {
 	cfg.NextProtos = []string{"h2"}
 	tc := tls.Client(raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
@@ -201,13 +205,7 @@ func (c *loopbackCreds) ClientHandshake(ctx context.Context, _ string, raw net.C
 	cfg := c.i.ClientConfig("")
 	cfg.InsecureSkipVerify = true
 	cfg.VerifyConnection = nil
-	cfg.NextProtos = []string{"h2"}
-	tc := tls.Client(raw, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		raw.Close()
-		return nil, nil, err
-	}
-	return tc, AuthInfo(tc.ConnectionState()), nil
+	return clientHandshake(ctx, raw, cfg)
 }
 
 func (c *loopbackCreds) Clone() credentials.TransportCredentials {
