@@ -6,6 +6,12 @@
 # the load from other processes. Rounds alternate the servers.
 #
 #   scripts/bench-cpu.sh [rounds]     (default 2; N=requests, default 30000)
+#
+# SERVERS picks the servers (default "kvd-bolt kvd-badger etcd"); an entry
+# SERVER@BIN runs that server from the binary BIN, so two kvd builds can be
+# compared in the same run: SERVERS="kvd-bolt kvd-bolt@/tmp/kvd-new".
+# WORKLOADS (default put, serializable and linearizable range, txn; ";"
+# between workloads) picks the tool commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
@@ -21,12 +27,13 @@ url=http://127.0.0.1:24790
 peer=http://127.0.0.1:24791
 hz=$(getconf CLK_TCK)
 
-start() { # server
+start() { # server[@bin]
 	local bin=bin/kvd extra=()
-	case $1 in
+	case $1 in *@*) bin=${1#*@} ;; esac
+	case ${1%%@*} in
 	kvd-bolt) extra=(--backend bolt) ;;
 	kvd-badger) extra=(--backend badger) ;;
-	etcd) bin=bin/etcd ;;
+	etcd) [[ $1 == *@* ]] || bin=bin/etcd ;;
 	esac
 	rm -rf "$work/data"
 	"$bin" --name b --data-dir "$work/data" --listen-client-urls $url --advertise-client-urls $url \
@@ -46,9 +53,10 @@ cpu() { awk -v hz="$hz" '{ printf "%d", ($14 + $15) * 1000000 / hz }' "/proc/$pi
 echo "| server | workload | req/s | p99 ms | server CPU µs/request |"
 echo "| --- | --- | ---: | ---: | ---: |"
 for ((r = 0; r < rounds; r++)); do
-	for s in kvd-bolt kvd-badger etcd; do
+	for s in ${SERVERS:-kvd-bolt kvd-badger etcd}; do
 		start "$s" || continue
-		for w in "put" "range --key k --consistency s" "range --key k --consistency l" "txn"; do
+		IFS=';' read -ra wls <<<"${WORKLOADS:-put;range --key k --consistency s;range --key k --consistency l;txn}"
+		for w in "${wls[@]}"; do
 			# shellcheck disable=SC2086
 			bin/bench --endpoints $url --total 5000 $w >/dev/null 2>&1 || true # warm up
 			c0=$(cpu)
