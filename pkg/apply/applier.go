@@ -365,7 +365,7 @@ func (a *Applier) applyChecked(b *mvcc.Batch, req *pb.InternalRaftRequest, index
 	switch {
 	case req.Put != nil:
 		return a.applyTxnLike(b, func(t *mvcc.TxnWrite, p *precheck) (proto.Message, error) {
-			if err := p.put(req.Put); err != nil {
+			if err := p.checkPut(req.Put); err != nil {
 				return nil, err
 			}
 			return put(t, req.Put, &txnState{})

@@ -153,6 +153,20 @@ func (p *precheck) rangeReq(req *pb.RangeRequest) error {
 }
 
 func (p *precheck) put(req *pb.PutRequest) error {
+	if err := p.checkPut(req); err != nil {
+		return err
+	}
+	p.seq++
+	if p.puts == nil {
+		p.puts = make(map[string]int)
+	}
+	p.puts[string(req.Key)] = p.seq
+	return nil
+}
+
+// checkPut is put's check without recording the put for the txn's later
+// operations: all a lone Put needs.
+func (p *precheck) checkPut(req *pb.PutRequest) error {
 	// A missing lease is found before a missing key, as etcd's apply does.
 	if req.Lease != 0 && (p.leaseExists == nil || !p.leaseExists(req.Lease)) {
 		return rpctypes.ErrGRPCLeaseNotFound
@@ -166,11 +180,6 @@ func (p *precheck) put(req *pb.PutRequest) error {
 			return rpctypes.ErrGRPCKeyNotFound
 		}
 	}
-	p.seq++
-	if p.puts == nil {
-		p.puts = make(map[string]int)
-	}
-	p.puts[string(req.Key)] = p.seq
 	return nil
 }
 
