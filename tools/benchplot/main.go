@@ -6,12 +6,22 @@
 //	go run ./tools/benchplot -in docs/bench/single-member.json -out docs/img/
 //
 // writes <out>/<prefix>-throughput.svg (requests/s) and <out>/<prefix>-p99.svg
-// (p99 latency in ms); -prefix defaults to "bench". It uses the standard
+// (p99 latency in ms); -prefix defaults to "bench".
+//
+// Given the JSON of scripts/bench-scale.sh --json (schema kvd-bench-scale/1,
+// the data-size series) it draws line charts against the data size instead,
+// one line per server in the same colors, the sizes on a log scale:
+//
+//	go run ./tools/benchplot -in docs/bench/scale.json -out docs/img/
+//
+// writes <out>/<prefix>-put-p99.svg, -range-p99.svg, -rss.svg, -restart.svg
+// and -catchup.svg; -prefix then defaults to "scale". It uses the standard
 // library only; the SVG is written by hand.
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -28,9 +38,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchplot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	in := fs.String("in", "", "the JSON of scripts/bench.sh --json (- for stdin)")
+	in := fs.String("in", "", "the JSON of scripts/bench.sh --json or scripts/bench-scale.sh --json (- for stdin)")
 	out := fs.String("out", "docs/img", "directory to write the SVG files to")
-	prefix := fs.String("prefix", "bench", "file name prefix: <prefix>-throughput.svg and <prefix>-p99.svg")
+	prefix := fs.String("prefix", "", "file name prefix (default \"bench\": <prefix>-throughput.svg and <prefix>-p99.svg;\nfor the data-size series \"scale\": <prefix>-put-p99.svg and the rest)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: benchplot -in FILE.json [-out DIR] [-prefix NAME]")
 		fs.PrintDefaults()
@@ -53,7 +63,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// plot reads the report at in and writes both charts into dir.
+// svgWriter is a chart of either kind.
+type svgWriter interface{ WriteSVG(io.Writer) error }
+
+// plot reads the report at in and writes its charts into dir: the bar
+// charts of a kvd-bench/1 report, the line charts of a kvd-bench-scale/1 one.
 func plot(in, dir, prefix string) ([]string, error) {
 	var r io.Reader = os.Stdin
 	if in != "-" {
@@ -64,21 +78,50 @@ func plot(in, dir, prefix string) ([]string, error) {
 		defer f.Close()
 		r = f
 	}
-	rep, err := ReadReport(r)
+	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", in, err)
+	}
+	charts := map[string]svgWriter{}
+	var order []string
+	var sniff struct {
+		Schema string `json:"schema"`
+	}
+	if json.Unmarshal(data, &sniff) == nil && sniff.Schema == ScaleSchema {
+		rep, err := ReadScaleReport(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", in, err)
+		}
+		if prefix == "" {
+			prefix = "scale"
+		}
+		for _, k := range scaleMetrics {
+			charts[k.file] = lineChartOf(rep, k)
+			order = append(order, k.file)
+		}
+	} else {
+		rep, err := ReadReport(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", in, err)
+		}
+		if prefix == "" {
+			prefix = "bench"
+		}
+		for _, k := range []metric{throughput, p99} {
+			charts[k.file] = chartOf(rep, k)
+			order = append(order, k.file)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var files []string
-	for _, k := range []metric{throughput, p99} {
+	for _, file := range order {
 		var buf bytes.Buffer
-		c := chartOf(rep, k)
-		if err := c.WriteSVG(&buf); err != nil {
+		if err := charts[file].WriteSVG(&buf); err != nil {
 			return nil, err
 		}
-		name := filepath.Join(dir, prefix+"-"+k.file+".svg")
+		name := filepath.Join(dir, prefix+"-"+file+".svg")
 		if err := os.WriteFile(name, buf.Bytes(), 0o644); err != nil {
 			return nil, err
 		}
