@@ -267,12 +267,13 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 
 	cctx, commit := s.span(ctx, "raft.commit")
 	pctx, pspan := s.span(ctx, "raft.propose")
-	var ch <-chan apply.Result
+	var proposal context.Context
 	if s.tracing {
-		ch = s.Registry.RegisterTraced(cctx, pctx, id)
-	} else {
-		ch = s.Registry.Register(cctx, id)
+		proposal = pctx
 	}
+	// req is the entry's request from here on: the applier uses it rather
+	// than decode the entry, and nothing here changes it.
+	ch := s.Registry.RegisterRequest(cctx, proposal, id, req)
 	err = s.Raft.Propose(pctx, data)
 	pspan.End()
 	if err != nil {

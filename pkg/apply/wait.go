@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -18,6 +19,9 @@ type Result struct {
 
 type waiter struct {
 	ctx context.Context
+	// req is the request as proposed, when the proposer registered it, so
+	// the applier need not decode its own member's entries.
+	req *pb.InternalRaftRequest
 	// proposal is the context of the proposal's raft.propose span, nil
 	// unless traced.
 	proposal context.Context
@@ -44,11 +48,25 @@ func (r *Registry) Register(ctx context.Context, id uint64) <-chan Result {
 // of its raft.propose span, travels to the applier too, which links the
 // backend commit of the proposal's writes to it.
 func (r *Registry) RegisterTraced(ctx, proposal context.Context, id uint64) <-chan Result {
+	return r.RegisterRequest(ctx, proposal, id, nil)
+}
+
+// RegisterRequest is RegisterTraced that also keeps req, the request whose
+// encoding the caller proposes with id, for the applier (Request). Neither
+// the caller nor anyone else may change req afterwards.
+func (r *Registry) RegisterRequest(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest) <-chan Result {
 	ch := make(chan Result, 1)
 	r.mu.Lock()
-	r.m[id] = waiter{ctx: ctx, proposal: proposal, ch: ch}
+	r.m[id] = waiter{ctx: ctx, req: req, proposal: proposal, ch: ch}
 	r.mu.Unlock()
 	return ch
+}
+
+// Request is the request registered with id (RegisterRequest), or nil.
+func (r *Registry) Request(id uint64) *pb.InternalRaftRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[id].req
 }
 
 // Cancel forgets id (the caller gave up).
