@@ -327,6 +327,14 @@ func (n *Node) Run(ctx context.Context) error {
 	defer n.stopOnce.Do(func() { close(n.stopped) })
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
+	// A member restarting as the only voter (its configuration from a
+	// snapshot, so no conf change sets soleVoter below) campaigns at once
+	// too, as etcd's adjustTicks fast-forwards a single member: no
+	// election timeout between a restart and serving.
+	if voters := n.rn.Status().Config.Voters.IDs(); len(voters) == 1 {
+		_, n.soleVoter = voters[n.cfg.ID]
+	}
+	n.campaignIfSole()
 	if err := n.handleReady(); err != nil {
 		return err
 	}
@@ -375,16 +383,21 @@ func (n *Node) Run(ctx context.Context) error {
 			n.soleVoter = len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == n.cfg.ID
 		}
 		n.releaseConf()
-		if n.soleVoter && n.lead.Load() != n.cfg.ID && n.rn.Status().RaftState == raft.StateFollower {
-			// Raft refuses while the conf change is not yet marked applied;
-			// the next turn tries again.
-			_ = n.rn.Campaign()
-		} else {
-			n.soleVoter = false
-		}
+		n.campaignIfSole()
 		if err := n.handleReady(); err != nil {
 			return err
 		}
+	}
+}
+
+// campaignIfSole campaigns while this member is the only voter and not
+// yet the leader. Raft refuses while a conf change is not yet marked
+// applied; the next turn tries again.
+func (n *Node) campaignIfSole() {
+	if n.soleVoter && n.lead.Load() != n.cfg.ID && n.rn.Status().RaftState == raft.StateFollower {
+		_ = n.rn.Campaign()
+	} else {
+		n.soleVoter = false
 	}
 }
 
@@ -590,10 +603,12 @@ func (n *Node) answerReads(rs raft.ReadState) {
 		if s > seq {
 			continue
 		}
+		// Counted out before the replies, so a caller that got its index
+		// never sees itself still pending.
+		n.readWaiters.Add(-int64(len(b.waiters)))
 		for _, w := range b.waiters {
 			w.reply <- rs.Index
 		}
-		n.readWaiters.Add(-int64(len(b.waiters)))
 		delete(n.readers, s)
 	}
 }
