@@ -64,7 +64,10 @@ bench:
 	./scripts/bench.sh
 
 # The SVG plots in docs/img/ from the runs in docs/bench/ (scripts/bench.sh
-# --json FILE); see docs/benchmarks.md, "Current summary".
+# --json FILE, and the data-size series of scripts/bench-scale.sh --json FILE,
+# drawn as line charts: benchplot tells the two apart by the schema); see
+# docs/benchmarks.md, "Current summary".
 plots:
 	$(GO) run ./tools/benchplot -in docs/bench/single-member.json -out docs/img -prefix bench
 	$(GO) run ./tools/benchplot -in docs/bench/three-member.json -out docs/img -prefix bench-3-member
+	$(GO) run ./tools/benchplot -in docs/bench/scale.json -out docs/img -prefix scale

@@ -83,16 +83,30 @@ type Round struct {
 // schema kvd-bench/1 with at least one server, one workload and one measured
 // result, every result naming a listed server and workload.
 func ReadReport(r io.Reader) (*Report, error) {
+	rep, err := decodeOne[Report](r, "scripts/bench.sh --json")
+	if err != nil {
+		return nil, err
+	}
+	if err := rep.check(); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// decodeOne reads exactly one JSON value of type T from r, with errors that
+// say what is wrong in terms of the input: from names the script whose JSON
+// is wanted, for an empty input.
+func decodeOne[T any](r io.Reader, from string) (*T, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("empty input: want the JSON of scripts/bench.sh --json")
+		return nil, fmt.Errorf("empty input: want the JSON of %s", from)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	var rep Report
-	if err := dec.Decode(&rep); err != nil {
+	var v T
+	if err := dec.Decode(&v); err != nil {
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
 		switch {
@@ -110,10 +124,7 @@ func ReadReport(r io.Reader) (*Report, error) {
 	if dec.More() {
 		return nil, errors.New("not valid JSON: more than one value")
 	}
-	if err := rep.check(); err != nil {
-		return nil, err
-	}
-	return &rep, nil
+	return &v, nil
 }
 
 func (rep *Report) check() error {

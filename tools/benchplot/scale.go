@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,10 +44,9 @@ type ScaleSize struct {
 // ScaleResult is one server's figures at one size: the medians over the
 // rounds, a nil figure where every round failed that step.
 type ScaleResult struct {
-	Server   string              `json:"server"`
-	Size     string              `json:"size"`
-	Median   map[string]*float64 `json:"median"`
-	Failures *string             `json:"failures"`
+	Server string              `json:"server"`
+	Size   string              `json:"size"`
+	Median map[string]*float64 `json:"median"`
 }
 
 // ReadScaleReport reads and checks a data-size report: one JSON object of
@@ -57,35 +54,14 @@ type ScaleResult struct {
 // positive byte count) and one result, every result naming a listed server
 // and size once, and its figures not negative.
 func ReadScaleReport(r io.Reader) (*ScaleReport, error) {
-	data, err := io.ReadAll(r)
+	rep, err := decodeOne[ScaleReport](r, "scripts/bench-scale.sh --json")
 	if err != nil {
 		return nil, err
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("empty input: want the JSON of scripts/bench-scale.sh --json")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var rep ScaleReport
-	if err := dec.Decode(&rep); err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			return nil, fmt.Errorf("not valid JSON at byte %d: %v", se.Offset, err)
-		case errors.As(err, &te) && te.Field != "":
-			return nil, fmt.Errorf("JSON field %q: want %s, got %s", te.Field, te.Type, te.Value)
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return nil, errors.New("not valid JSON: truncated")
-		}
-		return nil, fmt.Errorf("not valid JSON for a report: %v", err)
-	}
-	if dec.More() {
-		return nil, errors.New("not valid JSON: more than one value")
 	}
 	if err := rep.check(); err != nil {
 		return nil, err
 	}
-	return &rep, nil
+	return rep, nil
 }
 
 func (rep *ScaleReport) check() error {
@@ -198,12 +174,10 @@ type scaleMetric struct {
 var scaleMetrics = []scaleMetric{
 	{"put-p99", "put_p99_ms", "Put p99 latency against data size: ms (lower is better)", "put p99, ms", 1, formatMs},
 	{"range-p99", "range_p99_ms", "1-key linearizable range p99 against data size: ms (lower is better)", "range p99, ms", 1, formatMs},
-	{"rss", "rss_bytes", "Server RSS after the load against data size: MiB (lower is better)", "RSS, MiB", 1 << 20, formatWhole},
+	{"rss", "rss_bytes", "Server RSS after the load against data size: MiB (lower is better)", "RSS, MiB", 1 << 20, formatRPS},
 	{"restart", "restart_seconds", "Restart time to serving against data size: s (lower is better)", "restart, s", 1, formatSeconds},
 	{"catchup", "catchup_seconds", "New member catch-up time against data size: s (lower is better)", "catch-up, s", 1, formatSeconds},
 }
-
-func formatWhole(v float64) string { return thousands(int64(math.Round(v))) }
 
 func formatSeconds(v float64) string {
 	if v < 100 {
@@ -274,15 +248,15 @@ func (c *LineChart) WriteSVG(w io.Writer) error {
 	const pad = 48.0 // between the y axis and the smallest size, the largest and the right edge
 	x0, xw := marginL+pad, plotW-2*pad
 
-	max := 0.0
+	ymax := 0.0
 	for _, row := range c.Values {
 		for _, v := range row {
-			if !math.IsNaN(v) && !math.IsInf(v, 0) && v > max {
-				max = v
+			if !math.IsNaN(v) && !math.IsInf(v, 0) && v > ymax {
+				ymax = v
 			}
 		}
 	}
-	top, step := niceAxis(max)
+	top, step := niceAxis(ymax)
 	scale := plotH / top
 
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="%s" role="img">`+"\n",
@@ -352,12 +326,13 @@ func (c *LineChart) WriteSVG(w io.Writer) error {
 	}
 
 	// One polyline per server through its measured sizes, a point with
-	// its value at each, "failed" where a step failed.
+	// its value at each, "failed" where a step failed; the failed labels
+	// at one size are stacked, counted per size like the value labels.
+	failed := make([]int, len(c.Sizes))
 	for i, s := range c.Series {
 		col := seriesColor(c.Series, i)
 		var pts []string
 		var marks strings.Builder
-		failed := 0
 		for j, z := range c.Sizes {
 			v := c.Values[i][j]
 			sx := c.xOf(j, x0, xw)
@@ -366,8 +341,8 @@ func (c *LineChart) WriteSVG(w io.Writer) error {
 				continue
 			case math.IsNaN(v):
 				fmt.Fprintf(&marks, `<text class="failed" data-server="%s" data-size="%s" x="%s" y="%s" font-size="11" fill="#b00020" text-anchor="middle">%s: failed</text>`+"\n",
-					esc(s), esc(z.Name), num(sx), num(baseY-8-14*float64(failed)), esc(s))
-				failed++
+					esc(s), esc(z.Name), num(sx), num(baseY-8-14*float64(failed[j])), esc(s))
+				failed[j]++
 				continue
 			}
 			sy := baseY - v*scale

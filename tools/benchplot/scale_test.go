@@ -189,6 +189,39 @@ func TestScaleFailedStep(t *testing.T) {
 	}
 }
 
+// Two servers failing at the same size get their "failed" labels stacked,
+// not on top of each other; a server's failure at another size does not
+// push its label up.
+func TestScaleFailedLabelsStackPerSize(t *testing.T) {
+	nan := math.NaN()
+	c := &LineChart{
+		Title:  "t",
+		Sizes:  []ScaleSize{{"100M", 100 << 20}, {"1G", 1 << 30}},
+		Series: []string{"kvd-bolt", "kvd-badger", "etcd"},
+		Values: [][]float64{{1, nan}, {nan, nan}, {2, nan}},
+		Format: formatMs,
+	}
+	var buf bytes.Buffer
+	if err := c.WriteSVG(&buf); err != nil {
+		t.Fatal(err)
+	}
+	ys := map[string][]float64{} // size -> label y, in series order
+	for _, e := range byClass(parseSVG(t, buf.Bytes()), "failed") {
+		ys[e.attrs["data-size"]] = append(ys[e.attrs["data-size"]], attrFloat(t, e, "y"))
+	}
+	if len(ys["100M"]) != 1 || len(ys["1G"]) != 3 {
+		t.Fatalf("failed labels %v, want 1 at 100M and 3 at 1G", ys)
+	}
+	if ys["1G"][0] != ys["100M"][0] {
+		t.Errorf("first failed label at 1G at y %v, at 100M %v: want the same", ys["1G"][0], ys["100M"][0])
+	}
+	for i := 1; i < len(ys["1G"]); i++ {
+		if ys["1G"][i] >= ys["1G"][i-1] {
+			t.Errorf("failed labels at 1G at y %v: want each above the one before", ys["1G"])
+		}
+	}
+}
+
 func TestScaleRSSInMiB(t *testing.T) {
 	rep := readScaleSample(t)
 	var k scaleMetric

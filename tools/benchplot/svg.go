@@ -62,13 +62,13 @@ func seriesColor(series []string, i int) string {
 }
 
 // niceAxis returns the top of the y axis and the tick step for values up to
-// max: the step is the smallest of 1, 2, 2.5 or 5 times a power of ten that
+// ymax: the step is the smallest of 1, 2, 2.5 or 5 times a power of ten that
 // needs at most six steps.
-func niceAxis(max float64) (top, step float64) {
-	if !(max > 0) || math.IsInf(max, 0) {
+func niceAxis(ymax float64) (top, step float64) {
+	if !(ymax > 0) || math.IsInf(ymax, 0) {
 		return 1, 0.25
 	}
-	raw := max / 6
+	raw := ymax / 6
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
 	step = 10 * mag
 	for _, m := range []float64{1, 2, 2.5, 5} {
@@ -77,8 +77,8 @@ func niceAxis(max float64) (top, step float64) {
 			break
 		}
 	}
-	top = math.Ceil(max/step-1e-9) * step
-	if top < max {
+	top = math.Ceil(ymax/step-1e-9) * step
+	if top < ymax {
 		top += step
 	}
 	return top, step
@@ -91,11 +91,11 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	plotH := height - marginT - marginB
 	baseY := marginT + plotH
 
-	max := 0.0
+	ymax := 0.0
 	for _, g := range c.Values {
 		for _, v := range g {
-			if !math.IsNaN(v) && v > max {
-				max = v
+			if !math.IsNaN(v) && v > ymax {
+				ymax = v
 			}
 		}
 	}
@@ -104,11 +104,11 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		for i := range c.Series {
 			if lo, hi, ok := c.rangeOf(g, i); ok {
 				hasRanges = true
-				max = math.Max(max, math.Max(lo, hi))
+				ymax = math.Max(ymax, math.Max(lo, hi))
 			}
 		}
 	}
-	top, step := niceAxis(max)
+	top, step := niceAxis(ymax)
 	scale := plotH / top
 
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="%s" role="img">`+"\n",
@@ -147,8 +147,8 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	b.WriteString("</g>\n")
 
 	// Bars, their values and the group labels.
-	groupW := plotW / float64(max1(len(c.Groups)))
-	n := float64(max1(len(c.Series)))
+	groupW := plotW / float64(max(len(c.Groups), 1))
+	n := float64(max(len(c.Series), 1))
 	barW := (groupW*groupFill - barGap*(n-1)) / n
 	for g, label := range c.Groups {
 		gx := marginL + float64(g)*groupW + groupW*(1-groupFill)/2
@@ -219,13 +219,6 @@ func (c *Chart) rangeOf(g, i int) (lo, hi float64, ok bool) {
 	return lo, hi, true
 }
 
-func max1(n int) int {
-	if n < 1 {
-		return 1
-	}
-	return n
-}
-
 // num formats a coordinate with at most two decimals.
 func num(v float64) string {
 	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
@@ -272,7 +265,8 @@ func thousands(n int64) string {
 	return string(out)
 }
 
-// formatRPS formats requests per second as a whole number with commas.
+// formatRPS formats requests per second, or any figure shown whole (RSS in
+// MiB), as a whole number with commas.
 func formatRPS(v float64) string { return thousands(int64(math.Round(v))) }
 
 // formatMs formats a latency in ms: two decimals below 100, one below
