@@ -50,12 +50,13 @@ start() { # server[@bin]
 
 cpu() { awk -v hz="$hz" '{ printf "%d", ($14 + $15) * 1000000 / hz }' "/proc/$pid/stat"; } # µs
 
+IFS=';' read -ra wls <<<"${WORKLOADS:-put;range --key k --consistency s;range --key k --consistency l;txn}"
+
 echo "| server | workload | req/s | p99 ms | server CPU µs/request |"
 echo "| --- | --- | ---: | ---: | ---: |"
 for ((r = 0; r < rounds; r++)); do
 	for s in ${SERVERS:-kvd-bolt kvd-badger etcd}; do
 		start "$s" || continue
-		IFS=';' read -ra wls <<<"${WORKLOADS:-put;range --key k --consistency s;range --key k --consistency l;txn}"
 		for w in "${wls[@]}"; do
 			# shellcheck disable=SC2086
 			bin/bench --endpoints $url --total 5000 $w >/dev/null 2>&1 || true # warm up

@@ -20,7 +20,18 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$root" && go build -o "$tmp/kvd" ./cmd/kvd)
 kvd=$tmp/kvd
 r=(--name n1 --initial-cluster n1=http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380)
-secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc; }
+# secs CMD...: the seconds CMD took, or "failed (exit N)" if it failed.
+secs() {
+	local s e rc=0
+	s=$(date +%s.%N)
+	"$@" >/dev/null 2>&1 || rc=$?
+	e=$(date +%s.%N)
+	if [ "$rc" -ne 0 ]; then
+		echo "failed (exit $rc)"
+		return
+	fi
+	echo "$e - $s" | bc
+}
 for i in $(seq "$rounds"); do
 	rm -rf "$tmp"/o1 "$tmp"/o2 "$tmp"/o3 "$tmp"/copy
 	echo "round $i:" \

@@ -20,7 +20,8 @@
 # Sizes are interleaved: for each size, every server in turn (rotated per
 # round). A step that fails is "failed" for that server and size; the run
 # goes on. Prints a markdown table on stdout; progress on stderr; --json
-# writes schema kvd-bench-scale/1 (tools/benchplot -scale draws it).
+# writes schema kvd-bench-scale/1 (tools/benchplot -in FILE draws it as
+# line charts, picked by the schema; make plots does docs/bench/scale.json).
 set -euo pipefail
 
 usage() {
@@ -123,6 +124,7 @@ runs() { [ "$(size_mib "$2")" -lt $((16 * 1024)) ] || [ "$1" = kvd-badger ]; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 . "$root/scripts/lib/stats.sh"
+. "$root/scripts/lib/json.sh"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvd-bench-scale.XXXXXX")
 pid1="" pid2=""
@@ -234,20 +236,6 @@ wait_serving() {
 		sleep 0.05
 	done
 	return 1
-}
-
-jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
-
-json_str() {
-	local s=$1
-	s=${s//\\/\\\\}
-	s=${s//\"/\\\"}
-	s=${s//$'\n'/\\n}
-	s=${s//$'\t'/\\t}
-	printf '"%s"' "$(tr -d '\000-\037' <<<"$s")"
-}
-json_num() {
-	if [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then printf '%s' "$1"; else printf 'null'; fi
 }
 
 # The figures of a run, in JSON and table order.

@@ -336,29 +336,13 @@ leader_changes() {
 	echo "$sum"
 }
 
-# jfield JSON NAME: a top-level or nested field of the tool's one-line JSON.
-jfield() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
+# jfield, json_str, json_num
+. "$root/scripts/lib/json.sh"
 
 # Per server and workload: space-separated values, one per successful
 # round; errs sums the failed requests; fail keeps the last failure;
 # round_json collects one JSON object per round, measured or failed (--json).
 declare -A rps p50 p99 p999 errs fail round_json
-
-# json_str S: S as a JSON string.
-json_str() {
-	local s=$1
-	s=${s//\\/\\\\}
-	s=${s//\"/\\\"}
-	s=${s//$'\n'/\\n}
-	s=${s//$'\t'/\\t}
-	s=${s//$'\r'/\\r}
-	printf '"%s"' "$(tr -d '\000-\037' <<<"$s")"
-}
-
-# json_num V: V if it is a number, else null.
-json_num() {
-	if [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then printf '%s' "$1"; else printf 'null'; fi
-}
 
 # failed SERVER WORKLOAD ROUND TEXT: record a failed round.
 failed() {
