@@ -137,9 +137,7 @@ func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 	if err := s.proposeConfChange(ctx, raftpb.ConfChangeAddNode, r.ID, apply.ConfChangeContext{Member: m, IsPromote: true}); err != nil {
 		return nil, err
 	}
-	if s.LearnerPromotions != nil {
-		s.LearnerPromotions.Inc()
-	}
+	s.count(s.LearnerPromotions)
 	return &pb.MemberPromoteResponse{Header: s.memberHeader(), Members: toPBMembers(s.Cluster.Members())}, nil
 }
 

@@ -319,9 +319,7 @@ func (s *Server) linearize(ctx context.Context) error {
 			// request timeout (not the caller's own deadline).
 			s.Logger.Warn("timed out waiting for read index response (local node might have slow network)",
 				zap.Duration("timeout", s.cfg.RequestTimeout))
-			if s.SlowReadIndexes != nil {
-				s.SlowReadIndexes.Inc()
-			}
+			s.count(s.SlowReadIndexes)
 		}
 		return s.raftErr(ctx, err)
 	}

@@ -41,7 +41,7 @@ type Gateway struct {
 // https one. The connection is made lazily, so the listener need not serve
 // yet.
 func New(ctx context.Context, addr net.Addr, creds credentials.TransportCredentials, lg *zap.Logger) (*Gateway, error) {
-	target := dialTarget(addr)
+	target := DialTarget(addr)
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -107,7 +107,10 @@ func headerMatcher(key string) (string, bool) {
 	return gw.DefaultHeaderMatcher(key)
 }
 
-func dialTarget(addr net.Addr) string {
+// DialTarget is the host:port to dial the listener at addr on: a loopback
+// address for an unspecified host. The member's own loopback clients (the
+// gateway, Lock and Election) dial with it.
+func DialTarget(addr net.Addr) string {
 	ta, ok := addr.(*net.TCPAddr)
 	if !ok {
 		return addr.String()

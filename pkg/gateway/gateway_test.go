@@ -24,8 +24,8 @@ func TestDialTarget(t *testing.T) {
 		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 2379}, "[::1]:2379"},
 		{&net.TCPAddr{Port: 2379}, "127.0.0.1:2379"},
 	} {
-		if got := dialTarget(c.addr); got != c.want {
-			t.Errorf("dialTarget(%v) = %q, want %q", c.addr, got, c.want)
+		if got := DialTarget(c.addr); got != c.want {
+			t.Errorf("DialTarget(%v) = %q, want %q", c.addr, got, c.want)
 		}
 	}
 }

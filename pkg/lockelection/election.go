@@ -22,7 +22,7 @@ type electionServer struct {
 
 func (es *electionServer) Campaign(ctx context.Context, req *epb.CampaignRequest) (*epb.CampaignResponse, error) {
 	ctx = asCaller(ctx)
-	s, err := es.session(ctx, req.Lease)
+	s, err := es.s.session(ctx, req.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (es *electionServer) Proclaim(ctx context.Context, req *epb.ProclaimRequest
 		return nil, ErrMissingLeaderKey
 	}
 	ctx = asCaller(ctx)
-	s, err := es.session(ctx, req.Leader.Lease)
+	s, err := es.s.session(ctx, req.Leader.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (es *electionServer) Proclaim(ctx context.Context, req *epb.ProclaimRequest
 func (es *electionServer) Observe(req *epb.LeaderRequest, stream epb.Election_ObserveServer) error {
 	sctx := stream.Context()
 	ctx := asCaller(sctx)
-	s, err := es.session(ctx, -1)
+	s, err := es.s.session(ctx, -1)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func (es *electionServer) Observe(req *epb.LeaderRequest, stream epb.Election_Ob
 
 func (es *electionServer) Leader(ctx context.Context, req *epb.LeaderRequest) (*epb.LeaderResponse, error) {
 	ctx = asCaller(ctx)
-	s, err := es.session(ctx, -1)
+	s, err := es.s.session(ctx, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (es *electionServer) Resign(ctx context.Context, req *epb.ResignRequest) (*
 		return nil, ErrMissingLeaderKey
 	}
 	ctx = asCaller(ctx)
-	s, err := es.session(ctx, req.Leader.Lease)
+	s, err := es.s.session(ctx, req.Leader.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -111,21 +111,21 @@ func (es *electionServer) Resign(ctx context.Context, req *epb.ResignRequest) (*
 	return &epb.ResignResponse{Header: e.Header()}, nil
 }
 
-// session is etcd's: a session on lease (a new one when 0; -1, which no
+// session is etcd's, for Lock and Election: a session on lease (a new one when 0; -1, which no
 // lease has, for the calls that only read), orphaned at once so it never
 // keeps the lease alive.
-func (es *electionServer) session(ctx context.Context, lease int64) (*concurrency.Session, error) {
-	c, err := es.s.client()
+func (s *Service) session(ctx context.Context, lease int64) (*concurrency.Session, error) {
+	c, err := s.client()
 	if err != nil {
 		return nil, err
 	}
-	s, err := concurrency.NewSession(c,
+	ss, err := concurrency.NewSession(c,
 		concurrency.WithLease(clientv3.LeaseID(lease)),
 		concurrency.WithContext(ctx),
 	)
 	if err != nil {
 		return nil, err
 	}
-	s.Orphan()
-	return s, nil
+	ss.Orphan()
+	return ss, nil
 }

@@ -3,7 +3,6 @@ package lockelection
 import (
 	"context"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/kvd-dev/kvd/pkg/lockelection/v3lockpb"
@@ -19,19 +18,11 @@ type lockServer struct {
 // request's lease (a new 60 s lease when it names none, never kept alive),
 // as concurrency.Mutex takes it.
 func (ls *lockServer) Lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3lockpb.LockResponse, error) {
-	c, err := ls.s.client()
-	if err != nil {
-		return nil, err
-	}
 	ctx = asCaller(ctx)
-	s, err := concurrency.NewSession(c,
-		concurrency.WithLease(clientv3.LeaseID(req.Lease)),
-		concurrency.WithContext(ctx),
-	)
+	s, err := ls.s.session(ctx, req.Lease)
 	if err != nil {
 		return nil, err
 	}
-	s.Orphan()
 	m := concurrency.NewMutex(s, string(req.Name))
 	if err := m.Lock(ctx); err != nil {
 		return nil, err

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/kvd-dev/kvd/pkg/authz"
+	"github.com/kvd-dev/kvd/pkg/gateway"
 	"github.com/kvd-dev/kvd/pkg/lockelection/v3electionpb"
 	"github.com/kvd-dev/kvd/pkg/lockelection/v3lockpb"
 )
@@ -81,7 +82,7 @@ func (s *Service) Use(addr net.Addr, creds credentials.TransportCredentials) {
 	if s.cli != nil || (s.target != "" && (s.creds == nil || creds != nil)) {
 		return
 	}
-	s.target, s.creds = loopbackTarget(addr), creds
+	s.target, s.creds = gateway.DialTarget(addr), creds
 }
 
 // Close closes the loopback client; later calls fail with ErrClosed.
@@ -151,21 +152,4 @@ func asCaller(ctx context.Context) context.Context {
 		}
 	}
 	return metadata.NewOutgoingContext(ctx, md)
-}
-
-// loopbackTarget is host:port of addr, a loopback address for an
-// unspecified host (as pkg/gateway dials).
-func loopbackTarget(addr net.Addr) string {
-	ta, ok := addr.(*net.TCPAddr)
-	if !ok {
-		return addr.String()
-	}
-	ip := ta.IP
-	switch {
-	case ip == nil || ip.To4() != nil && ip.IsUnspecified():
-		ip = net.IPv4(127, 0, 0, 1)
-	case ip.IsUnspecified():
-		ip = net.IPv6loopback
-	}
-	return net.JoinHostPort(ip.String(), fmt.Sprint(ta.Port))
 }

@@ -32,17 +32,15 @@ type clientGateways struct {
 // add makes the gateway for ln's kind if there is none yet. It runs before
 // the listeners serve, so handler reads the fields without a lock.
 func (g *clientGateways) add(ln net.Listener, info *tlsconf.Info, lg *zap.Logger) error {
-	var err error
-	if g.le != nil {
-		var creds credentials.TransportCredentials
-		if info != nil {
-			creds = info.LoopbackCredentials()
-		}
-		g.le.Use(ln.Addr(), creds)
+	var creds credentials.TransportCredentials // nil: plaintext
+	if info != nil {
+		creds = info.LoopbackCredentials()
 	}
+	g.le.Use(ln.Addr(), creds)
+	var err error
 	switch {
 	case info != nil && g.tls == nil:
-		g.tls, err = gateway.New(context.Background(), ln.Addr(), info.LoopbackCredentials(), lg.Named("gateway"))
+		g.tls, err = gateway.New(context.Background(), ln.Addr(), creds, lg.Named("gateway"))
 	case info == nil && g.plain == nil:
 		g.plain, err = gateway.New(context.Background(), ln.Addr(), nil, lg.Named("gateway"))
 	}
@@ -130,9 +128,7 @@ func tlsStateOf(ctx context.Context) *tls.ConnectionState {
 }
 
 func (g *clientGateways) Close() {
-	if g.le != nil {
-		_ = g.le.Close()
-	}
+	_ = g.le.Close()
 	for _, gw := range []*gateway.Gateway{g.plain, g.tls} {
 		if gw != nil {
 			_ = gw.Close()

@@ -7,11 +7,9 @@ import (
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 
 	"github.com/kvd-dev/kvd/pkg/config"
@@ -31,15 +29,6 @@ type grpcMetrics struct {
 	requests *clientRequests
 }
 
-// clientServices are the services the client gRPC server registers (api's
-// Register and the health service); their methods' counters start at 0,
-// as etcd's InitializeMetrics makes them, so the families are there before
-// any traffic.
-var clientServices = []*grpc.ServiceDesc{
-	&pb.KV_ServiceDesc, &pb.Watch_ServiceDesc, &pb.Lease_ServiceDesc, &pb.Cluster_ServiceDesc,
-	&pb.Maintenance_ServiceDesc, &pb.Auth_ServiceDesc, &healthpb.Health_ServiceDesc,
-}
-
 func newGRPCMetrics(c *config.Config) *grpcMetrics {
 	var opts []grpcprom.ServerMetricsOption
 	if c.Metrics == config.MetricsExtensive {
@@ -51,7 +40,6 @@ func newGRPCMetrics(c *config.Config) *grpcMetrics {
 		codec:    &countingCodec{base: encoding.GetCodecV2(proto.Name)},
 		requests: newClientRequests(),
 	}
-	m.server.InitializeMetrics(serviceInfos(clientServices))
 	return m
 }
 
@@ -152,23 +140,4 @@ func grpcMetricsOptions(mt *Metrics) []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(mt.grpc.server.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(mt.grpc.server.StreamServerInterceptor()),
 	}
-}
-
-// serviceInfos lists services as grpc.Server.GetServiceInfo would once
-// they are registered.
-type serviceInfos []*grpc.ServiceDesc
-
-func (s serviceInfos) GetServiceInfo() map[string]grpc.ServiceInfo {
-	out := make(map[string]grpc.ServiceInfo, len(s))
-	for _, d := range s {
-		var ms []grpc.MethodInfo
-		for _, m := range d.Methods {
-			ms = append(ms, grpc.MethodInfo{Name: m.MethodName})
-		}
-		for _, st := range d.Streams {
-			ms = append(ms, grpc.MethodInfo{Name: st.StreamName, IsClientStream: st.ClientStreams, IsServerStream: st.ServerStreams})
-		}
-		out[d.ServiceName] = grpc.ServiceInfo{Methods: ms, Metadata: d.Metadata}
-	}
-	return out
 }
