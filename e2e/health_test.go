@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -106,12 +105,11 @@ func TestHealthProbes(t *testing.T) {
 // freeURL is an http URL on a free loopback port.
 func freeURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := harness.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
+	return fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 }
 
 // healthScenario returns the answers of p to the probes, phase by phase,

@@ -348,7 +348,7 @@ func compareFamilies(t *testing.T, ref, got map[string]*family) {
 	}
 }
 
-// sampleValue returns the value of the unlabelled sample name on a
+// sampleValues returns the value of the unlabelled sample name on a
 // member's /metrics page, fetched again.
 func sampleValues(t *testing.T, endpoint string) map[string]string {
 	t.Helper()
@@ -369,8 +369,7 @@ func sampleValues(t *testing.T, endpoint string) map[string]string {
 }
 
 // checkMoving checks that the seed families are exported; the
-// values that the workload must have moved are checked by
-// TestMetricsMove.
+// values that the workload must have moved are checked by checkMoved.
 func checkMoving(t *testing.T, got map[string]*family) {
 	t.Helper()
 	for _, name := range seedFamilies {
@@ -439,10 +438,16 @@ func checkMoved(t *testing.T, before, after map[string]string) {
 			t.Errorf("%s is not positive", name)
 		}
 	}
-	// Counted only on failures and slow requests: present, and zero here.
-	for _, name := range []string{"etcd_server_proposals_failed_total", "etcd_server_slow_apply_total", "etcd_server_slow_read_indexes_total"} {
-		num(after, name)
+	// Counted only on failures: a read index round timing out takes 7 s,
+	// so none here. Slow applies and failed proposals need only be there:
+	// a loaded machine may make a slow apply, and the member's first
+	// attempt to publish itself can be dropped before it has elected
+	// itself.
+	if v := num(after, "etcd_server_slow_read_indexes_total"); v != 0 {
+		t.Errorf("etcd_server_slow_read_indexes_total = %v, want 0", v)
 	}
+	num(after, "etcd_server_slow_apply_total")
+	num(after, "etcd_server_proposals_failed_total")
 }
 
 // checkMovedMore checks the families exported since the first list

@@ -537,8 +537,11 @@ var (
 	portsUsed = map[int]bool{}
 )
 
-// freePorts returns n distinct loopback ports that were free a moment ago
-// and were never handed out before in this test binary.
+// FreePorts returns n distinct loopback ports that were free a moment ago
+// and were never handed out before in this test binary (by it or by the
+// harness's own member starts).
+func FreePorts(n int) ([]int, error) { return freePorts(n) }
+
 func freePorts(n int) ([]int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
