@@ -64,6 +64,12 @@ func startCluster(t *testing.T, cs []*config.Config) []*member {
 		}()
 	}
 	wg.Wait()
+	// startMember's Fatal on another goroutine only ends that goroutine.
+	for _, m := range ms {
+		if m == nil {
+			t.FailNow()
+		}
+	}
 	return ms
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,15 +29,37 @@ import (
 
 var engines = []string{"bolt", "badger"}
 
+// freePort returns a loopback port that is free now and was not handed out
+// before in this test binary. It is drawn below the kernel's ephemeral
+// range (32768 and up by default): a port from Listen(":0") is an
+// ephemeral one, which any process's outgoing connection (the test
+// packages run side by side) may take before the member binds it, and
+// which a second Listen(":0") may return again.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if portsUsed[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsUsed[port] = true
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
+
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{}
+)
 
 func testConfig(t testing.TB, engine, dir string) *config.Config {
 	t.Helper()
