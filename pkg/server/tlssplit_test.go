@@ -234,6 +234,12 @@ func TestTLSSplitRefusals(t *testing.T) {
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("refusals took %v", d)
 	}
+	// The client can see a refusal before the server logs it: wait for the
+	// first line, then make sure no second one follows.
+	for deadline := time.Now().Add(5 * time.Second); f.logs.FilterMessageSnippet("TLS handshake failed").Len() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
 	if n := f.logs.FilterMessageSnippet("TLS handshake failed").Len(); n != 1 {
 		t.Errorf("refused handshakes logged %d times, want 1 (rate limited)", n)
 	}
