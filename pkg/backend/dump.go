@@ -101,8 +101,9 @@ var ErrBadDump = errors.New("backend: bad dump")
 
 // Load writes the records of a dump into be, which should be empty: with
 // the engine's BulkLoad if it has one, else in updates of about batchBytes.
-// Meta goes last, written only after the stream's checksum is verified: a
-// damaged or cut stream leaves at most data without a consistent index.
+// Meta goes last, written only after the stream's checksum is verified and
+// r is read to its end (bytes after the dump are an error): a damaged or cut
+// stream leaves at most data without a consistent index.
 func Load(be Backend, r io.Reader, batchBytes int) error {
 	hr := &hashReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
 	magic := make([]byte, len(dumpMagic))
@@ -139,7 +140,7 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 		return err
 	}
 	err := hr.records(func(b Bucket, k, v []byte) error {
-		batch = append(batch, kv{b, k, v})
+		batch = append(batch, kv{b, bytes.Clone(k), bytes.Clone(v)})
 		if size += len(b) + len(k) + len(v) + 16; size >= batchBytes {
 			return commit()
 		}
@@ -156,34 +157,38 @@ func Load(be Backend, r io.Reader, batchBytes int) error {
 
 // records calls put for every record of the dump after the header, and for
 // the Meta records last, once the checksum is verified. The slices put gets
-// are its own.
+// are valid only during the call (every engine copies what it keeps).
 func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
 	type kv struct {
 		b    Bucket
 		k, v []byte
 	}
-	var meta []kv
+	var (
+		meta       []kv
+		bucket     Bucket
+		bb, kb, vb []byte // reused: one allocation per record costs GC at 1 GiB
+		err        error
+	)
 	for {
-		b, err := hr.record()
-		if err != nil {
+		if bb, err = hr.record(bb); err != nil {
 			return err
 		}
-		if len(b) == 0 {
+		if len(bb) == 0 {
 			break
 		}
-		k, err := hr.record()
-		if err != nil {
+		if kb, err = hr.record(kb); err != nil {
 			return err
 		}
-		v, err := hr.record()
-		if err != nil {
+		if vb, err = hr.record(vb); err != nil {
 			return err
 		}
-		bucket := Bucket(b)
-		if err := bucket.Validate(); err != nil {
-			return fmt.Errorf("load dump: %w: %v", ErrBadDump, err)
+		if string(bb) != string(bucket) { // records come bucket by bucket
+			bucket = Bucket(bb)
+			if err := bucket.Validate(); err != nil {
+				return fmt.Errorf("load dump: %w: %v", ErrBadDump, err)
+			}
 		}
-		if len(k) == 0 {
+		if len(kb) == 0 {
 			// No engine stores an empty key, so no dump holds one.
 			return fmt.Errorf("load dump: %w: empty key in bucket %q", ErrBadDump, bucket)
 		}
@@ -191,10 +196,10 @@ func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
 			// Held back until the checksum is verified, wherever the stream
 			// puts it: a damaged stream with Meta before other records must
 			// not commit a consistent index with the batch that follows.
-			meta = append(meta, kv{bucket, k, v})
+			meta = append(meta, kv{Meta, bytes.Clone(kb), bytes.Clone(vb)})
 			continue
 		}
-		if err := put(bucket, k, v); err != nil {
+		if err := put(bucket, kb, vb); err != nil {
 			return err
 		}
 	}
@@ -205,6 +210,15 @@ func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
 	}
 	if !bytes.Equal(got, want) {
 		return fmt.Errorf("load dump: %w: checksum mismatch", ErrBadDump)
+	}
+	// The dump is the whole stream: reading to its end also lets a stream
+	// that checks itself at its end (the peer transport) do so before the
+	// Meta records commit.
+	switch _, err := hr.r.ReadByte(); {
+	case err == nil:
+		return fmt.Errorf("load dump: %w: data after the checksum", ErrBadDump)
+	case !errors.Is(err, io.EOF):
+		return fmt.Errorf("load dump: after the checksum: %w", err)
 	}
 	for _, e := range meta {
 		if err := put(e.b, e.k, e.v); err != nil {
@@ -238,7 +252,8 @@ func (h *hashReader) ReadByte() (byte, error) {
 // allocate without limit.
 const maxDumpRecord = 1 << 30
 
-func (h *hashReader) record() ([]byte, error) {
+// record reads one length-prefixed record into buf's storage.
+func (h *hashReader) record(buf []byte) ([]byte, error) {
 	n, err := binary.ReadUvarint(h)
 	if err != nil {
 		return nil, fmt.Errorf("load dump: %w: record length: %v", ErrBadDump, err)
@@ -246,9 +261,12 @@ func (h *hashReader) record() ([]byte, error) {
 	if n > maxDumpRecord {
 		return nil, fmt.Errorf("load dump: %w: record of %d bytes", ErrBadDump, n)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(h, b); err != nil {
+	if uint64(cap(buf)) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(h, buf); err != nil {
 		return nil, fmt.Errorf("load dump: %w: record: %v", ErrBadDump, err)
 	}
-	return b, nil
+	return buf, nil
 }

@@ -2,11 +2,17 @@ package backend_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
+	"github.com/kvd-dev/kvd/pkg/backend/badger"
+	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 )
 
@@ -83,7 +89,110 @@ func TestDumpLoadAcrossEngines(t *testing.T) {
 				if err := backend.Load(dst3, bytes.NewReader(dump.Bytes()[:dump.Len()-10]), 64<<10); !errors.Is(err, backend.ErrBadDump) {
 					t.Fatalf("cut dump: %v", err)
 				}
+				// Bytes after the dump, or a stream that fails at its end
+				// (as the peer transport's does on a checksum mismatch):
+				// refused, and Meta is not committed.
+				for name, r := range map[string]io.Reader{
+					"trailing bytes": io.MultiReader(bytes.NewReader(dump.Bytes()), strings.NewReader("x")),
+					"failing end":    io.MultiReader(bytes.NewReader(dump.Bytes()), iotest.ErrReader(errors.New("stream checksum mismatch"))),
+				} {
+					dst4 := enginetest.OpenT(t, to)
+					if err := backend.Load(dst4, r, 64<<10); err == nil {
+						t.Fatalf("%s: loaded", name)
+					}
+					if _, ok := contents(t, dst4)["meta/consistent_index"]; ok {
+						t.Fatalf("%s: Meta committed", name)
+					}
+				}
 			})
 		}
+	}
+}
+
+// dumpOfSize returns a dump of n 1 KiB records keyed as the Key bucket's
+// revisions are, the shape a follower catching up loads.
+func dumpOfSize(b *testing.B, n int) []byte {
+	b.Helper()
+	src := enginetest.OpenT(b, "bolt")
+	val := bytes.Repeat([]byte{'v'}, 1024)
+	for i := 0; i < n; i += 10000 {
+		err := src.Update(func(tx backend.WriteTx) error {
+			for j := i; j < min(i+10000, n); j++ {
+				k := binary.BigEndian.AppendUint64(nil, uint64(j+1))
+				k = append(k, '_', 0, 0, 0, 0, 0, 0, 0, 0)
+				if err := tx.Put(backend.Key, k, val); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := backend.Dump(src, &buf); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// BenchmarkLoad loads 100,000 records of 1 KiB (a 100 MiB dump) into a
+// fresh backend and syncs it: the follower's side of a snapshot catch-up.
+// The engines are opened as a member opens them, with fsync.
+func BenchmarkLoad(b *testing.B) {
+	dump := dumpOfSize(b, 100000)
+	open := map[string]func(dir string) (backend.Backend, error){
+		"bolt": func(dir string) (backend.Backend, error) {
+			return bolt.Open(backend.Options{Dir: dir, Sync: true}, bolt.Options{})
+		},
+		"badger": func(dir string) (backend.Backend, error) {
+			return badger.Open(backend.Options{Dir: dir, Sync: true}, badger.Options{MaxUpdateBytes: 24 << 20})
+		},
+	}
+	for _, e := range enginetest.Names {
+		b.Run(e, func(b *testing.B) {
+			b.SetBytes(int64(len(dump)))
+			b.ReportAllocs()
+			for range b.N {
+				b.StopTimer()
+				be, err := open[e](b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				err = backend.Load(be, bytes.NewReader(dump), 4<<20)
+				if err == nil {
+					err = be.Sync()
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				be.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkDump dumps 100,000 records of 1 KiB: the leader's side.
+func BenchmarkDump(b *testing.B) {
+	dump := dumpOfSize(b, 100000)
+	for _, e := range enginetest.Names {
+		b.Run(e, func(b *testing.B) {
+			be := enginetest.OpenT(b, e)
+			if err := backend.Load(be, bytes.NewReader(dump), 4<<20); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(dump)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := backend.Dump(be, io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

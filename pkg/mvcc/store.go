@@ -253,6 +253,7 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 // restore loads the meta values and the index. It returns the revision of an
 // unfinished compaction, or 0.
 func (s *Store) restore() (scheduled int64, err error) {
+	start := time.Now()
 	tx, err := s.be.ReadTx()
 	if err != nil {
 		return 0, fmt.Errorf("open mvcc store: read tx: %w", err)
@@ -334,7 +335,8 @@ func (s *Store) restore() (scheduled int64, err error) {
 		zap.Int64("revision", current),
 		zap.Int64("compact-revision", s.compactRev),
 		zap.Uint64("consistent-index", s.consistentIndex.Load()),
-		zap.Int("keys", s.idx.Len()))
+		zap.Int("keys", s.idx.Len()),
+		zap.Duration("index-rebuild", time.Since(start)))
 	return scheduled, nil
 }
 

@@ -4,25 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
-	"github.com/kvd-dev/kvd/pkg/fsutil"
+	"github.com/kvd-dev/kvd/pkg/engine"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
+	"github.com/kvd-dev/kvd/pkg/snapship"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
 	"github.com/kvd-dev/kvd/pkg/transport"
 )
@@ -30,40 +28,34 @@ import (
 // peerLink carries raft's messages to the peer transport. The raft node is
 // built before the transport (whose callbacks need the node), so the link
 // starts without one and drops messages until the transport is set: raft
-// retransmits.
+// retransmits. Snapshots go to the sender, received ones to the stager
+// (pkg/snapship).
 type peerLink struct {
 	tr     atomic.Pointer[transport.Transport]
-	st     *mvcc.Store
-	outDir string
-	lg     *zap.Logger
-	// report tells raft how a snapshot send ended (set with the transport).
-	report func(id uint64, ok bool)
-	// snapshotPoint is the applier's SnapshotPoint (set with the actors,
-	// before raft runs).
-	snapshotPoint func(context.Context, func(*raftpb.ConfState) error) error
-	// snapshotDuration observes each snapshot send, from the read view to
-	// the transport closing the dump (etcd_disk_backend_snapshot_duration_seconds).
-	snapshotDuration prometheus.Histogram
-
-	mu       sync.Mutex
-	incoming map[uint64]string // snapshot index -> received dump file
+	sender *snapship.Sender // Point and Report are set before raft runs
+	stager *snapship.Stager
 }
 
 func newPeerLink(c *config.Config, st *mvcc.Store, disk earlyMetrics, lg *zap.Logger) (*peerLink, error) {
-	out := filepath.Join(c.MemberDir(), "snap-outgoing")
-	// Leftovers of a crash mid-send are useless.
-	if err := os.RemoveAll(out); err != nil {
-		return nil, fmt.Errorf("clear %s: %w", out, err)
+	// Older versions wrote a dump file here before sending it; what a
+	// crash left is useless.
+	if err := os.RemoveAll(filepath.Join(c.MemberDir(), "snap-outgoing")); err != nil {
+		return nil, fmt.Errorf("clear snap-outgoing: %w", err)
 	}
-	if err := fsutil.MkdirAll(out, 0o700); err != nil {
-		return nil, fmt.Errorf("create %s: %w", out, err)
+	stager, err := snapship.NewStager(filepath.Join(c.MemberDir(), "snap-incoming"), func(dir string) (backend.Backend, error) {
+		return engine.Open(c, c.Backend.Engine, dir, lg)
+	}, lg.Named("snapshot"))
+	if err != nil {
+		return nil, err
 	}
-	return &peerLink{st: st, outDir: out, lg: lg.Named("peers"), incoming: map[uint64]string{}, snapshotDuration: disk.backendSnapshot}, nil
+	return &peerLink{
+		sender: &snapship.Sender{Store: st, Duration: disk.backendSnapshot, Logger: lg.Named("peers")},
+		stager: stager,
+	}, nil
 }
 
-// Send is raftnode.Config.Send: snapshots get a goroutine each (the dump
-// is written to a file first, its size goes ahead of it), the rest go to
-// the transport's queues.
+// Send is raftnode.Config.Send: snapshots get a goroutine each, the rest go
+// to the transport's queues.
 func (p *peerLink) Send(msgs []*raftpb.Message) {
 	tr := p.tr.Load()
 	if tr == nil {
@@ -72,7 +64,7 @@ func (p *peerLink) Send(msgs []*raftpb.Message) {
 	rest := msgs[:0:0]
 	for _, m := range msgs {
 		if m.GetType() == raftpb.MsgSnap {
-			go p.sendSnapshot(tr, m)
+			go p.sender.Send(tr, m)
 			continue
 		}
 		rest = append(rest, m)
@@ -82,108 +74,6 @@ func (p *peerLink) Send(msgs []*raftpb.Message) {
 	}
 }
 
-// sendSnapshot sends the backend as the applier has it now, and rewrites
-// the raft snapshot's metadata to match it: its applied index and term and
-// the configuration as of that index (a member added after raft's last
-// snapshot must find itself in it), as etcd does. The receiver skips the
-// entries it then gets again.
-func (p *peerLink) sendSnapshot(tr *transport.Transport, m *raftpb.Message) {
-	to := m.GetTo()
-	fail := func(err error) {
-		p.lg.Warn("send snapshot", zap.String("to", fmt.Sprintf("%x", to)), zap.Error(err))
-		p.report(to, false)
-	}
-	var (
-		tx backend.ReadTx
-		md *raftpb.SnapshotMetadata
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := p.snapshotPoint(ctx, func(cs *raftpb.ConfState) error {
-		// Everything applied goes to the backend, so the view below
-		// holds exactly the applied state.
-		if err := p.st.Flush(); err != nil {
-			return err
-		}
-		var err error
-		if tx, err = p.st.Backend().ReadTx(); err != nil {
-			return err
-		}
-		md = &raftpb.SnapshotMetadata{Index: new(p.st.ConsistentIndex()), Term: new(p.st.ConsistentTerm()), ConfState: cs}
-		return nil
-	})
-	start := time.Now()
-	if err != nil {
-		fail(fmt.Errorf("snapshot point: %w", err))
-		return
-	}
-	f, err := os.CreateTemp(p.outDir, "dump-*")
-	if err != nil {
-		tx.Release()
-		fail(err)
-		return
-	}
-	// The open file outlives its name: the transport reads and closes it.
-	defer os.Remove(f.Name())
-	n, err := backend.DumpTx(tx, f)
-	tx.Release()
-	if err == nil {
-		_, err = f.Seek(0, 0)
-	}
-	if err != nil {
-		f.Close()
-		fail(fmt.Errorf("dump backend: %w", err))
-		return
-	}
-	m = proto.Clone(m).(*raftpb.Message)
-	m.Snapshot = &raftpb.Snapshot{Metadata: md}
-	p.lg.Info("sending snapshot", zap.String("to", fmt.Sprintf("%x", to)),
-		zap.Uint64("index", md.GetIndex()), zap.Int64("bytes", n))
-	// SendSnapshot closes f and reports the outcome to raft.
-	tr.SendSnapshot(m, &timedDump{File: f, start: start, observe: p.snapshotDuration}, n)
-}
-
-// timedDump is a snapshot dump being sent; closing it, which the transport
-// does once the send ended, observes the time since the read view opened.
-type timedDump struct {
-	*os.File
-	start   time.Time
-	observe prometheus.Observer
-}
-
-func (d *timedDump) Close() error {
-	if d.observe != nil {
-		d.observe.Observe(time.Since(d.start).Seconds())
-	}
-	return d.File.Close()
-}
-
-func (p *peerLink) received(index uint64, path string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old, ok := p.incoming[index]; ok && old != path {
-		os.Remove(old)
-	}
-	p.incoming[index] = path
-}
-
-// take returns the dump received for the snapshot at index, and removes
-// older ones raft passed over.
-func (p *peerLink) take(index uint64) (string, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	path, ok := p.incoming[index]
-	for i, f := range p.incoming {
-		if i <= index {
-			if i != index {
-				os.Remove(f)
-			}
-			delete(p.incoming, i)
-		}
-	}
-	return path, ok
-}
-
 // newTransport starts the peer transport on listen-peer-urls and keeps its
 // peers in step with the member list.
 func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membership.Cluster, boot *bootstrap, n *raftnode.Node, link *peerLink, st *mvcc.Store, mt *Metrics, lg *zap.Logger) (*transport.Transport, error) {
@@ -191,14 +81,7 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 	if err != nil {
 		return nil, fmt.Errorf("listen-peer-urls: %w", err)
 	}
-	inDir := filepath.Join(c.MemberDir(), "snap-incoming")
-	if err := os.RemoveAll(inDir); err != nil {
-		return nil, fmt.Errorf("clear %s: %w", inDir, err)
-	}
-	if err := fsutil.MkdirAll(inDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create %s: %w", inDir, err)
-	}
-	link.report = n.ReportSnapshot
+	link.sender.Report = n.ReportSnapshot
 	// Peer TLS: https peer URLs are dialed with the peer certificate and CA
 	// (read at each handshake), https listen-peer-urls serve it, mutual
 	// when peer-client-cert-auth (or peer-trusted-ca-file) asks for client
@@ -217,8 +100,10 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		ClusterID: cl.ID(),
 		Logger:    lg.Named("transport"),
 		Receive:   func(msgs []*raftpb.Message) { n.Step(msgs...) },
-		ReceiveSnapshot: func(m *raftpb.Message, path string) error {
-			link.received(m.GetSnapshot().GetMetadata().GetIndex(), path)
+		ReceiveSnapshot: func(m *raftpb.Message, data io.Reader) error {
+			if err := link.stager.Receive(m, data); err != nil {
+				return err
+			}
 			mt.SnapshotReceived(m.GetFrom())
 			n.Step(m)
 			return nil
@@ -236,7 +121,6 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 			mt.SnapshotSent(id, ok)
 			n.ReportSnapshot(id, ok)
 		},
-		SnapshotDir: inDir,
 		Members: func() ([]byte, error) {
 			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
 		},

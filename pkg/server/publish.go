@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/api"
@@ -78,7 +79,15 @@ func (p *publisher) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		// An applier far behind (a snapshot being installed) refuses with
+		// too many requests and is caught up soon after: keep retrying
+		// briskly so the member serves right after, as etcd's retry loop
+		// does. Other failures back off.
+		if errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) {
+			backoff = 100 * time.Millisecond
+		} else {
+			backoff = min(2*backoff, 2*time.Second)
+		}
 	}
 }
 

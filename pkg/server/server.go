@@ -40,6 +40,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/pluginhost"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
+	"github.com/kvd-dev/kvd/pkg/snapship"
 	"github.com/kvd-dev/kvd/pkg/tlsconf"
 	"github.com/kvd-dev/kvd/pkg/transport"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
@@ -98,8 +99,8 @@ func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Lo
 		return nil, err
 	}
 	// A crash while a leader's snapshot was installed leaves the old
-	// backend aside (install.go).
-	if err := recoverBackendDir(c.BackendDir()); err != nil {
+	// backend aside (pkg/snapship).
+	if err := snapship.RecoverDir(c.BackendDir()); err != nil {
 		return nil, err
 	}
 	if err := checkEngineDir(c); err != nil {
@@ -320,9 +321,15 @@ func newActors(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, n *raftnode.
 		}),
 	}
 	a.Expirer = newExpirer(c, n, lm, s, lg)
-	inst := &snapshotInstaller{c: c, st: st, cl: cl, leases: lm, auth: az, alarms: as, hub: hub, link: link, applier: a.Applier, lg: lg.Named("snapshot")}
-	wal.InstallSnapshot = inst.install
-	link.snapshotPoint = a.Applier.SnapshotPoint
+	inst := &snapship.Installer{
+		Stager: link.stager, Store: st, Dir: c.BackendDir(),
+		Open:   func(dir string) (backend.Backend, error) { return engine.Open(c, c.Backend.Engine, dir, lg) },
+		Apply:  a.Applier.Install,
+		Reload: func() error { return reloadFromStore(st, cl, lm, az, as, hub) },
+		Logger: lg.Named("snapshot"),
+	}
+	wal.InstallSnapshot = inst.Install
+	link.sender.Point = a.Applier.SnapshotPoint
 	a.Publisher = &publisher{c: c, api: s, cl: cl, lg: lg, done: make(chan struct{})}
 	g.Hook(lc)
 	return a, nil

@@ -1,13 +1,13 @@
 package transport
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
-	"os"
-	"path/filepath"
+	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -17,8 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 func mdUint(md metadata.MD, key string) (uint64, error) {
@@ -122,15 +120,48 @@ func (t *Transport) handleSnapshot(ss grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
-	if t.cfg.SnapshotDir == "" {
+	if t.cfg.ReceiveSnapshot == nil {
 		return status.Errorf(codes.FailedPrecondition, "transport: member %x accepts no snapshots", t.cfg.ID)
 	}
 	md, _ := metadata.FromIncomingContext(ss.Context())
-	size, err := mdUint(md, mdSnapSize)
-	if err != nil {
-		return err
+	// A sender streaming a dump as it is made cannot announce its size.
+	size := int64(-1)
+	if len(md.Get(mdSnapSize)) > 0 {
+		n, err := mdUint(md, mdSnapSize)
+		if err != nil {
+			return err
+		}
+		if n > math.MaxInt64 {
+			return status.Errorf(codes.InvalidArgument, "transport: stream metadata %s=%x: too large", mdSnapSize, n)
+		}
+		size = int64(n)
 	}
-	m, path, err := t.receiveSnapshotFile(ss, from, int64(size))
+	m, frames, err := t.snapshotHeader(ss, from, size)
+	if err == nil {
+		// The receiver reads on a goroutine of its own while this one
+		// receives and checks frames ahead of it, so the network and the
+		// receiver's work (a backend load) overlap.
+		data := newAheadReader(snapReadAhead)
+		accepted := make(chan error, 1)
+		go func() {
+			err := t.cfg.ReceiveSnapshot(m, data)
+			data.stop()
+			accepted <- err
+		}()
+		streamErr := frames.pump(data)
+		err = <-accepted
+		if err == nil && !data.ended() {
+			err = errors.New("the receiver accepted the snapshot before reading all of it")
+		}
+		if err != nil && streamErr == nil {
+			t.lg.Warn("rejected snapshot", zap.String("from", fmt.Sprintf("%x", from)), zap.Error(err))
+			return status.Errorf(codes.Aborted, "transport: member %x rejected snapshot at index %d: %v",
+				t.cfg.ID, m.GetSnapshot().GetMetadata().GetIndex(), err)
+		}
+		if streamErr != nil {
+			err = streamErr
+		}
+	}
 	if err != nil {
 		t.lg.Warn("receive snapshot", zap.String("from", fmt.Sprintf("%x", from)), zap.Error(err))
 		if _, ok := status.FromError(err); ok {
@@ -138,113 +169,149 @@ func (t *Transport) handleSnapshot(ss grpc.ServerStream) error {
 		}
 		return status.Errorf(codes.Aborted, "transport: %v", err)
 	}
-	if err := t.cfg.ReceiveSnapshot(m, path); err != nil {
-		os.Remove(path)
-		return status.Errorf(codes.Aborted, "transport: member %x rejected snapshot at index %d: %v",
-			t.cfg.ID, m.GetSnapshot().GetMetadata().GetIndex(), err)
-	}
 	resp := []byte{}
 	return ss.SendMsg(&resp)
 }
 
-// receiveSnapshotFile reads a snapshot stream into a synced file in
-// SnapshotDir. On error no file is left behind.
-// Each frame received counts in the peer's received bytes, as etcd counts a
-// snapshot's.
-func (t *Transport) receiveSnapshotFile(ss grpc.ServerStream, from uint64, size int64) (_ *raftpb.Message, path string, err error) {
+// snapshotHeader reads the MsgSnap that opens a snapshot stream and returns
+// it with a reader of the data frames that follow.
+func (t *Transport) snapshotHeader(ss grpc.ServerStream, from uint64, size int64) (*raftpb.Message, *snapFrames, error) {
 	recvBytes := t.recvBytes(from)
 	var frame []byte
 	if err := ss.RecvMsg(&frame); err != nil {
-		return nil, "", fmt.Errorf("read snapshot header from %x: %w", from, err)
+		return nil, nil, fmt.Errorf("read snapshot header from %x: %w", from, err)
 	}
 	recvBytes.Add(uint64(len(frame)))
 	if len(frame) == 0 || frame[0] != snapHeader {
-		return nil, "", fmt.Errorf("read snapshot header from %x: bad frame", from)
+		return nil, nil, fmt.Errorf("read snapshot header from %x: bad frame", from)
 	}
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(frame[1:], m); err != nil {
-		return nil, "", fmt.Errorf("decode snapshot message from %x: %w", from, err)
+		return nil, nil, fmt.Errorf("decode snapshot message from %x: %w", from, err)
 	}
 	if m.GetType() != raftpb.MsgSnap {
-		return nil, "", fmt.Errorf("snapshot stream from %x carries %v, not MsgSnap", from, m.GetType())
+		return nil, nil, fmt.Errorf("snapshot stream from %x carries %v, not MsgSnap", from, m.GetType())
 	}
-	dir := t.cfg.SnapshotDir
-	f, err := os.CreateTemp(dir, incomingPattern)
-	if err != nil {
-		return nil, "", fmt.Errorf("create snapshot file in %s: %w", dir, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	h := sha256.New()
-	var n int64
-	for {
-		frame = nil
-		if err := ss.RecvMsg(&frame); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, "", fmt.Errorf("read snapshot data from %x after %d bytes: %w", from, n, err)
-		}
-		recvBytes.Add(uint64(len(frame)))
-		if len(frame) == 0 {
-			return nil, "", fmt.Errorf("read snapshot data from %x: empty frame", from)
-		}
-		if frame[0] == snapTrailer {
-			break
-		}
-		if frame[0] != snapData {
-			return nil, "", fmt.Errorf("read snapshot data from %x: frame kind %q", from, frame[0])
-		}
-		data := frame[1:]
-		if n += int64(len(data)); n > size {
-			return nil, "", fmt.Errorf("snapshot from %x exceeds its size %d", from, size)
-		}
-		h.Write(data)
-		if _, err := f.Write(data); err != nil {
-			return nil, "", fmt.Errorf("write snapshot file %s: %w", f.Name(), err)
-		}
-	}
-	if n != size {
-		return nil, "", fmt.Errorf("snapshot from %x has %d bytes, announced %d", from, n, size)
-	}
-	if sum := h.Sum(nil); string(sum) != string(frame[1:]) {
-		return nil, "", fmt.Errorf("snapshot from %x: sha256 mismatch", from)
-	}
-	if err := f.Sync(); err != nil {
-		return nil, "", fmt.Errorf("sync snapshot file %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, "", fmt.Errorf("close snapshot file %s: %w", f.Name(), err)
-	}
-	meta := m.GetSnapshot().GetMetadata()
-	path = filepath.Join(dir, fmt.Sprintf("%016x-%016x-from-%x.snap", meta.GetTerm(), meta.GetIndex(), from))
-	if err := os.Rename(f.Name(), path); err != nil {
-		return nil, "", fmt.Errorf("rename snapshot file to %s: %w", path, err)
-	}
-	if err := fsutil.SyncDir(dir); err != nil {
-		os.Remove(path)
-		return nil, "", err
-	}
-	return m, path, nil
+	return m, &snapFrames{ss: ss, from: from, size: size, h: newSnapSum(), recvBytes: recvBytes}, nil
 }
 
-// incomingPattern names snapshot files still being received; a crash leaves
-// them behind, and New removes them.
-const incomingPattern = ".incoming-*.snap"
+// snapReadAhead is how many data frames (of up to ChunkSize bytes) the
+// stream may receive ahead of the receiver.
+const snapReadAhead = 16
 
-func removeIncoming(dir string) error {
-	partial, err := filepath.Glob(filepath.Join(dir, incomingPattern))
-	if err != nil {
-		return fmt.Errorf("list partial snapshots in %s: %w", dir, err)
-	}
-	for _, p := range partial {
-		if err := os.Remove(p); err != nil {
-			return fmt.Errorf("remove partial snapshot %s: %w", p, err)
+// snapFrames receives a snapshot's data frames. Each frame counts in the
+// peer's received bytes, as etcd counts a snapshot's.
+type snapFrames struct {
+	ss        grpc.ServerStream
+	from      uint64
+	size      int64 // -1: not announced
+	n         int64
+	h         hash.Hash
+	recvBytes *atomic.Uint64
+}
+
+// pump hands the data frames to r until the trailer, whose CRC-32C must
+// match the data (and the data its announced size), or until r stopped
+// reading. It returns the stream's failure, which r's reader also gets;
+// nil when the data checked out or r stopped first.
+func (f *snapFrames) pump(r *aheadReader) error {
+	for {
+		data, last, err := f.next()
+		if err != nil {
+			r.finish(err)
+			return err
+		}
+		if last {
+			r.finish(io.EOF)
+			return nil
+		}
+		if !r.put(data) {
+			return nil
 		}
 	}
-	return nil
+}
+
+// next receives one frame: its data, or last for the verified trailer.
+func (f *snapFrames) next() (data []byte, last bool, err error) {
+	var frame []byte
+	if err := f.ss.RecvMsg(&frame); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, false, fmt.Errorf("read snapshot data from %x after %d bytes: %w", f.from, f.n, err)
+	}
+	f.recvBytes.Add(uint64(len(frame)))
+	if len(frame) == 0 {
+		return nil, false, fmt.Errorf("read snapshot data from %x: empty frame", f.from)
+	}
+	switch frame[0] {
+	case snapTrailer:
+		if f.size >= 0 && f.n != f.size {
+			return nil, false, fmt.Errorf("snapshot from %x has %d bytes, announced %d", f.from, f.n, f.size)
+		}
+		if sum := f.h.Sum(nil); string(sum) != string(frame[1:]) {
+			return nil, false, fmt.Errorf("snapshot from %x: checksum mismatch", f.from)
+		}
+		return nil, true, nil
+	case snapData:
+		data := frame[1:]
+		if f.n += int64(len(data)); f.size >= 0 && f.n > f.size {
+			return nil, false, fmt.Errorf("snapshot from %x exceeds its size %d", f.from, f.size)
+		}
+		f.h.Write(data)
+		return data, false, nil
+	}
+	return nil, false, fmt.Errorf("read snapshot data from %x: frame kind %q", f.from, frame[0])
+}
+
+// aheadReader is the receiver's end of a snapshot stream: the frames the
+// stream goroutine received ahead. It returns io.EOF only after the
+// stream's trailer checked out; every failure of the stream sticks.
+type aheadReader struct {
+	frames chan []byte
+	quit   chan struct{} // closed by stop: the receiver reads no more
+	once   sync.Once
+	final  error // io.EOF or the stream's failure; set before frames closes
+	rest   []byte
+	eof    bool
+}
+
+func newAheadReader(n int) *aheadReader {
+	return &aheadReader{frames: make(chan []byte, n), quit: make(chan struct{})}
+}
+
+// put queues one frame's data; false once the receiver stopped.
+func (r *aheadReader) put(data []byte) bool {
+	select {
+	case r.frames <- data:
+		return true
+	case <-r.quit:
+		return false
+	}
+}
+
+// finish ends the stream with io.EOF or its failure.
+func (r *aheadReader) finish(err error) {
+	r.final = err
+	close(r.frames)
+}
+
+// stop tells the stream goroutine the receiver reads no more.
+func (r *aheadReader) stop() { r.once.Do(func() { close(r.quit) }) }
+
+// ended reports whether the receiver read to the verified end.
+func (r *aheadReader) ended() bool { return r.eof }
+
+func (r *aheadReader) Read(p []byte) (int, error) {
+	for len(r.rest) == 0 {
+		data, ok := <-r.frames
+		if !ok {
+			r.eof = errors.Is(r.final, io.EOF)
+			return 0, r.final
+		}
+		r.rest = data
+	}
+	n := copy(p, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
 }

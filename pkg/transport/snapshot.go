@@ -2,13 +2,13 @@ package transport
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// SendSnapshot streams the MsgSnap m and size bytes of data to m.To on a
-// goroutine of its own, and closes data when done, or at Stop to unblock a
-// Read in progress. The outcome goes to
+// SendSnapshot streams the MsgSnap m and size bytes of data (-1: as many as
+// data yields until io.EOF) to m.To on a goroutine of its own, and closes
+// data when done, or at Stop to unblock a Read in progress. The outcome goes to
 // Config.SnapshotStatus: ok once the receiver has synced the data and its
 // ReceiveSnapshot returned nil. It never blocks on the network.
 func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int64) {
@@ -46,9 +46,13 @@ func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int
 		defer t.wg.Done()
 		defer closeData()
 		defer stopClose()
-		var err error
+		var (
+			err  error
+			sent int64
+		)
+		start := time.Now()
 		for _, target := range targets {
-			if err = t.sendSnapshot(target, m, data, size, &p.sentBytes); err == nil || !errors.Is(err, errNotConnected) {
+			if sent, err = t.sendSnapshot(target, m, data, size, &p.sentBytes); err == nil || !errors.Is(err, errNotConnected) {
 				break
 			}
 		}
@@ -58,7 +62,8 @@ func (t *Transport) SendSnapshot(m *raftpb.Message, data io.ReadCloser, size int
 			return
 		}
 		t.lg.Info("sent snapshot", zap.String("to", fmt.Sprintf("%x", to)),
-			zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()), zap.Int64("bytes", size))
+			zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()), zap.Int64("bytes", sent),
+			zap.Duration("took", time.Since(start)))
 		t.cfg.SnapshotStatus(to, true)
 	}()
 }
@@ -70,47 +75,52 @@ var errNotConnected = errors.New("not connected")
 // sendSnapshot sends the snapshot to one URL of the peer; each frame sent
 // (header, data chunks, trailer) counts in sentBytes, the peer's
 // etcd_network_peer_sent_bytes_total, as etcd counts a snapshot's bytes.
-func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reader, size int64, sentBytes *atomic.Uint64) error {
+func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reader, size int64, sentBytes *atomic.Uint64) (sent int64, err error) {
 	to := m.GetTo()
 	hdr, err := proto.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("encode snapshot message to %x: %w", to, err)
+		return sent, fmt.Errorf("encode snapshot message to %x: %w", to, err)
 	}
 	cc, err := target.dial(t.dialOptions())
 	if err != nil {
-		return fmt.Errorf("dial peer %x at %s: %w: %w", to, target, errNotConnected, err)
+		return sent, fmt.Errorf("dial peer %x at %s: %w: %w", to, target, errNotConnected, err)
 	}
 	defer cc.Close()
-	// Ending ctx on every return tells the receiver to drop its partial file.
+	// Ending ctx on every return tells the receiver to drop what it has.
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	md := t.streamMD(to)
-	md.Set(mdSnapSize, strconv.FormatUint(uint64(size), 16))
+	if size >= 0 {
+		md.Set(mdSnapSize, strconv.FormatUint(uint64(size), 16))
+	}
 	ctx = metadata.NewOutgoingContext(ctx, md)
 	stream, err := cc.NewStream(ctx, &snapStreamDesc, snapMethod, grpc.CallContentSubtype(codecName))
 	if err != nil {
-		return fmt.Errorf("open snapshot stream to %x at %s: %w: %w", to, target, errNotConnected, err)
+		return sent, fmt.Errorf("open snapshot stream to %x at %s: %w: %w", to, target, errNotConnected, err)
 	}
 	hdr = append([]byte{snapHeader}, hdr...)
 	if err := stream.SendMsg(&hdr); err != nil {
-		return fmt.Errorf("send snapshot header to %x: %w", to, sendErr(stream, err))
+		return sent, fmt.Errorf("send snapshot header to %x: %w", to, sendErr(stream, err))
 	}
 	sentBytes.Add(uint64(len(hdr)))
-	h := sha256.New()
-	var sent int64
+	h := newSnapSum()
 	for {
 		// A fresh buffer per chunk: grpc may still hold the last one.
-		chunk := make([]byte, 1+min(int64(t.cfg.ChunkSize), max(size-sent, 0)+1))
+		want := int64(t.cfg.ChunkSize)
+		if size >= 0 {
+			want = min(want, max(size-sent, 0)+1)
+		}
+		chunk := make([]byte, 1+want)
 		chunk[0] = snapData
 		n, rerr := io.ReadFull(data, chunk[1:])
 		if n > 0 {
-			if sent += int64(n); sent > size {
-				return fmt.Errorf("snapshot data to %x exceeds its size %d", to, size)
+			if sent += int64(n); size >= 0 && sent > size {
+				return sent, fmt.Errorf("snapshot data to %x exceeds its size %d", to, size)
 			}
 			chunk = chunk[:1+n]
 			h.Write(chunk[1:])
 			if err := stream.SendMsg(&chunk); err != nil {
-				return fmt.Errorf("send snapshot data to %x after %d bytes: %w", to, sent, sendErr(stream, err))
+				return sent, fmt.Errorf("send snapshot data to %x after %d bytes: %w", to, sent, sendErr(stream, err))
 			}
 			sentBytes.Add(uint64(len(chunk)))
 		}
@@ -118,25 +128,25 @@ func (t *Transport) sendSnapshot(target target, m *raftpb.Message, data io.Reade
 			break
 		}
 		if rerr != nil {
-			return fmt.Errorf("read snapshot data for %x after %d bytes: %w", to, sent, rerr)
+			return sent, fmt.Errorf("read snapshot data for %x after %d bytes: %w", to, sent, rerr)
 		}
 	}
-	if sent != size {
-		return fmt.Errorf("snapshot data for %x has %d bytes, announced %d", to, sent, size)
+	if size >= 0 && sent != size {
+		return sent, fmt.Errorf("snapshot data for %x has %d bytes, announced %d", to, sent, size)
 	}
 	trailer := append([]byte{snapTrailer}, h.Sum(nil)...)
 	if err := stream.SendMsg(&trailer); err != nil {
-		return fmt.Errorf("send snapshot trailer to %x: %w", to, sendErr(stream, err))
+		return sent, fmt.Errorf("send snapshot trailer to %x: %w", to, sendErr(stream, err))
 	}
 	sentBytes.Add(uint64(len(trailer)))
 	if err := stream.CloseSend(); err != nil {
-		return fmt.Errorf("close snapshot stream to %x: %w", to, err)
+		return sent, fmt.Errorf("close snapshot stream to %x: %w", to, err)
 	}
 	var resp []byte
 	if err := stream.RecvMsg(&resp); err != nil {
-		return fmt.Errorf("snapshot to %x: %w", to, err)
+		return sent, fmt.Errorf("snapshot to %x: %w", to, err)
 	}
-	return nil
+	return sent, nil
 }
 
 // sendErr turns the io.EOF of a stream that ended into the stream's status.

@@ -39,8 +39,12 @@ func startTLSMember(t *testing.T, id uint64, c config.TLS) *member {
 			m.got = append(m.got, msgs...)
 			m.mu.Unlock()
 		},
-		ReceiveSnapshot: func(_ *raftpb.Message, path string) error {
+		ReceiveSnapshot: func(_ *raftpb.Message, data io.Reader) error {
+			if _, err := io.Copy(io.Discard, data); err != nil {
+				return err
+			}
 			m.mu.Lock()
+			path := "accepted"
 			m.snaps = append(m.snaps, path)
 			m.mu.Unlock()
 			return nil
@@ -50,7 +54,6 @@ func startTLSMember(t *testing.T, id uint64, c config.TLS) *member {
 			m.snapStatus[id] = append(m.snapStatus[id], ok)
 			m.mu.Unlock()
 		},
-		SnapshotDir:   t.TempDir(),
 		TLS:           info.ClientCredentials(),
 		ServerOptions: []grpc.ServerOption{grpc.Creds(tlsconf.ServerCredentials(nil))},
 	}

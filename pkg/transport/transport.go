@@ -8,8 +8,10 @@
 // unreachable: raft retransmits, and a send never blocks the raft loop.
 //
 // Snapshots go on a stream of their own (one connection per snapshot), in
-// chunks of at most ChunkSize bytes, into a file in SnapshotDir that is synced
-// before the receiver sees it.
+// chunks of at most ChunkSize bytes, read by the receiver's ReceiveSnapshot as
+// they arrive; a trailer carries their CRC-32C, checked before the reader
+// ends. (It catches a stream damaged or cut on the way; what a stream carries
+// checks itself end to end: a backend dump ends with its SHA-256.)
 //
 // Every stream carries the cluster ID and the sender's and receiver's member
 // IDs; a stream from another cluster, to another member, or from a removed
@@ -20,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sort"
 	"strings"
@@ -66,11 +69,14 @@ type Config struct {
 	// Receive gets the messages of one frame from one peer, in the order they
 	// were sent. Required. The transport does not retain msgs.
 	Receive func(msgs []*raftpb.Message)
-	// ReceiveSnapshot gets a MsgSnap and the path of its synced data file in
-	// SnapshotDir. On nil the callee owns the file; on error the transport
-	// removes it and the sender is told the snapshot failed. It runs on the
-	// stream's goroutine and the sender waits for it. Required with SnapshotDir.
-	ReceiveSnapshot func(m *raftpb.Message, path string) error
+	// ReceiveSnapshot gets a MsgSnap and its data as it arrives. data ends
+	// with io.EOF only once all of it arrived and matched the sender's
+	// checksum; any other error means the snapshot is broken. The callee must
+	// read data to io.EOF before it accepts the snapshot (returns nil), and
+	// must leave nothing of it behind when it fails; on an error the sender
+	// is told the snapshot failed. It runs on the stream's goroutine and the
+	// sender waits for it. Nil refuses snapshots.
+	ReceiveSnapshot func(m *raftpb.Message, data io.Reader) error
 	// Unreachable is told of a peer to which messages were dropped; the raft
 	// driver forwards it to RawNode.ReportUnreachable. Optional.
 	Unreachable func(id uint64)
@@ -93,9 +99,6 @@ type Config struct {
 	// when a stream to it opens, then one every ProbeInterval while it
 	// stays open (etcd's peer_round_trip_time_seconds). Optional.
 	RTT func(id uint64, d time.Duration)
-	// SnapshotDir receives incoming snapshots. Empty refuses them. New
-	// removes partial files a crash left there.
-	SnapshotDir string
 
 	// QueueSize bounds the messages waiting for each peer.
 	QueueSize int
@@ -169,13 +172,6 @@ func New(cfg Config) (*Transport, error) {
 		return nil, errors.New("new transport: cluster ID is zero")
 	case cfg.Receive == nil:
 		return nil, errors.New("new transport: Receive is nil")
-	case cfg.SnapshotDir != "" && cfg.ReceiveSnapshot == nil:
-		return nil, errors.New("new transport: SnapshotDir without ReceiveSnapshot")
-	}
-	if cfg.SnapshotDir != "" {
-		if err := removeIncoming(cfg.SnapshotDir); err != nil {
-			return nil, fmt.Errorf("new transport: %w", err)
-		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

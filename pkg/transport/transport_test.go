@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,7 +30,8 @@ type member struct {
 
 	mu          sync.Mutex
 	got         []*raftpb.Message
-	snaps       []string // paths handed to ReceiveSnapshot
+	snapDir     string   // where ReceiveSnapshot writes what it reads
+	snaps       []string // files ReceiveSnapshot accepted
 	unreachable map[uint64]int
 	snapStatus  map[uint64][]bool
 }
@@ -74,7 +74,7 @@ func startMember(t testing.TB, id, cluster uint64, addr string, tweak func(*Conf
 		t.Fatal(err)
 	}
 	m := &member{id: id, addr: lis.Addr().String(), url: "http://" + lis.Addr().String(),
-		unreachable: map[uint64]int{}, snapStatus: map[uint64][]bool{}}
+		unreachable: map[uint64]int{}, snapStatus: map[uint64][]bool{}, snapDir: t.TempDir()}
 	cfg := Config{
 		ID: id, ClusterID: cluster,
 		Receive: func(msgs []*raftpb.Message) {
@@ -82,7 +82,11 @@ func startMember(t testing.TB, id, cluster uint64, addr string, tweak func(*Conf
 			m.got = append(m.got, msgs...)
 			m.mu.Unlock()
 		},
-		ReceiveSnapshot: func(_ *raftpb.Message, path string) error {
+		ReceiveSnapshot: func(_ *raftpb.Message, data io.Reader) error {
+			path, err := receiveToFile(m.snapDir, data)
+			if err != nil {
+				return err
+			}
 			m.mu.Lock()
 			m.snaps = append(m.snaps, path)
 			m.mu.Unlock()
@@ -98,7 +102,6 @@ func startMember(t testing.TB, id, cluster uint64, addr string, tweak func(*Conf
 			m.snapStatus[id] = append(m.snapStatus[id], ok)
 			m.mu.Unlock()
 		},
-		SnapshotDir: t.TempDir(),
 	}
 	if tweak != nil {
 		tweak(&cfg)
@@ -355,7 +358,7 @@ func TestRefusedStreams(t *testing.T) {
 			if n := len(b.Received()); n != 0 {
 				t.Fatalf("receiver got %d messages over a refused stream", n)
 			}
-			if ents, _ := os.ReadDir(b.cfg.SnapshotDir); len(ents) != 0 {
+			if ents, _ := os.ReadDir(b.snapDir); len(ents) != 0 {
 				t.Fatalf("snapshot dir holds %v", ents)
 			}
 		})
@@ -407,9 +410,9 @@ func TestSnapshot50MiB(t *testing.T) {
 		// Chunks must respect a 2 MiB gRPC message limit.
 		c.MaxMessageBytes = 2 << 20
 		next := c.ReceiveSnapshot
-		c.ReceiveSnapshot = func(m *raftpb.Message, path string) error {
+		c.ReceiveSnapshot = func(m *raftpb.Message, data io.Reader) error {
 			gotMsg.Store(m)
-			return next(m, path)
+			return next(m, data)
 		}
 	})
 	connect(t, a, b)
@@ -442,7 +445,7 @@ func TestSnapshot50MiB(t *testing.T) {
 	if string(h.Sum(nil)) != string(sum.Sum(nil)) {
 		t.Fatal("snapshot file differs from the data sent")
 	}
-	if ents, _ := os.ReadDir(b.cfg.SnapshotDir); len(ents) != 1 {
+	if ents, _ := os.ReadDir(b.snapDir); len(ents) != 1 {
 		t.Fatalf("snapshot dir holds %v, want only the snapshot", ents)
 	}
 	// The snapshot's frames count in the peer byte counters, as etcd
@@ -464,6 +467,39 @@ func TestSnapshot50MiB(t *testing.T) {
 	}
 	if got := peerBytes(b.Transport, 1, false); got < size {
 		t.Errorf("receiver counted %d bytes received from the peer, want at least %d", got, size)
+	}
+}
+
+// TestSnapshotStreamedUnknownSize: a sender that streams a dump as it is
+// made announces no size; the receiver reads it all as it arrives.
+func TestSnapshotStreamedUnknownSize(t *testing.T) {
+	const size = 3<<20 + 17
+	a := startMember(t, 1, 7, "", nil)
+	b := startMember(t, 2, 7, "", nil)
+	connect(t, a, b)
+	pr, pw := io.Pipe()
+	want := sha256.New()
+	go func() {
+		_, err := io.Copy(pw, io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{2}), size), want))
+		pw.CloseWithError(err)
+	}()
+	a.SendSnapshot(snapMsg(1, 2, 1000), pr, -1)
+	waitFor(t, "snapshot status", func() bool { return len(a.SnapStatus(2)) == 1 })
+	if !a.SnapStatus(2)[0] {
+		t.Fatal("snapshot reported failed")
+	}
+	b.mu.Lock()
+	snaps := b.snaps
+	b.mu.Unlock()
+	if len(snaps) != 1 {
+		t.Fatalf("receiver accepted %d snapshots", len(snaps))
+	}
+	got, err := os.ReadFile(snaps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := sha256.Sum256(got); len(got) != size || string(h[:]) != string(want.Sum(nil)) {
+		t.Fatalf("receiver read %d bytes that differ from the %d sent", len(got), size)
 	}
 }
 
@@ -504,18 +540,18 @@ func TestSnapshotFailures(t *testing.T) {
 			a := startMember(t, 1, 7, "", nil)
 			b := startMember(t, 2, 7, "", func(c *Config) {
 				if tc.receive != nil {
-					c.ReceiveSnapshot = func(*raftpb.Message, string) error { return tc.receive }
+					c.ReceiveSnapshot = func(*raftpb.Message, io.Reader) error { return tc.receive }
 				}
 			})
 			connect(t, a, b)
-			a.SendSnapshot(snapMsg(1, 2, 10), io.NopCloser(tc.data(b.cfg.SnapshotDir)), tc.size)
+			a.SendSnapshot(snapMsg(1, 2, 10), io.NopCloser(tc.data(b.snapDir)), tc.size)
 			waitFor(t, "snapshot status", func() bool { return len(a.SnapStatus(2)) == 1 })
 			if a.SnapStatus(2)[0] {
 				t.Fatal("broken snapshot reported ok")
 			}
 			// Stop waits for the receiving handler, so its cleanup is done.
 			b.Stop()
-			if ents, _ := os.ReadDir(b.cfg.SnapshotDir); len(ents) != 0 {
+			if ents, _ := os.ReadDir(b.snapDir); len(ents) != 0 {
 				t.Fatalf("snapshot dir holds %v after a failed snapshot", ents)
 			}
 			b.mu.Lock()
@@ -640,19 +676,21 @@ func TestOtherRefusalIsNotRemoval(t *testing.T) {
 	}
 }
 
-func TestNewRemovesPartialSnapshots(t *testing.T) {
-	dir := t.TempDir()
-	for _, name := range []string{".incoming-123.snap", "0000000000000003-000000000000000a-from-1.snap"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	startMember(t, 1, 7, "", func(c *Config) { c.SnapshotDir = dir })
-	ents, err := os.ReadDir(dir)
+// receiveToFile is a ReceiveSnapshot body: it writes data into a new file in
+// dir as it arrives and keeps the file only when data ended with io.EOF.
+func receiveToFile(dir string, data io.Reader) (path string, err error) {
+	f, err := os.CreateTemp(dir, "snap-*")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	if len(ents) != 1 || ents[0].Name() != "0000000000000003-000000000000000a-from-1.snap" {
-		t.Fatalf("snapshot dir holds %v, want only the complete snapshot", ents)
-	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.Name())
+		}
+	}()
+	_, err = io.Copy(f, data)
+	return f.Name(), err
 }

@@ -26,6 +26,30 @@ func (be *Backend) BulkLoad(fn func(put func(b backend.Bucket, key, value []byte
 	if be.journal.Load() != nil {
 		return errors.New("bolt bulk load: a defragment is running")
 	}
+	// Commits skip their fsync: nothing is durable before Sync anyway. So
+	// that Sync does not write the whole file at the end, each commit
+	// starts writing its pages back on a goroutine while the next fills,
+	// one at a time.
+	noSync := be.db.NoSync
+	be.db.NoSync = true
+	var flushing chan error
+	waitFlush := func() error {
+		if flushing == nil {
+			return nil
+		}
+		err := <-flushing
+		flushing = nil
+		if err != nil {
+			return fmt.Errorf("bulk load: write back: %w", err)
+		}
+		return nil
+	}
+	defer func() {
+		if ferr := waitFlush(); err == nil {
+			err = ferr
+		}
+		be.db.NoSync = noSync
+	}()
 	tx, err := be.db.Begin(true)
 	if err != nil {
 		return fmt.Errorf("bulk load: begin: %w", err)
@@ -60,6 +84,11 @@ func (be *Backend) BulkLoad(fn func(put func(b backend.Bucket, key, value []byte
 		if err != nil {
 			return fmt.Errorf("bulk load: commit: %w", err)
 		}
+		if err := waitFlush(); err != nil {
+			return err
+		}
+		flushing = make(chan error, 1)
+		go func(done chan<- error) { done <- be.db.Sync() }(flushing)
 		if tx, err = be.db.Begin(true); err != nil {
 			return fmt.Errorf("bulk load: begin: %w", err)
 		}
