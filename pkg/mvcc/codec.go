@@ -61,8 +61,14 @@ func marshalKV(kv *mvccpb.KeyValue) []byte {
 // unmarshalKV decodes b into kv. Key and Value share one copy of b, so kv
 // does not alias b. Unknown fields are skipped.
 func unmarshalKV(b []byte, kv *mvccpb.KeyValue) error {
+	return decodeKV(bytes.Clone(b), kv)
+}
+
+// decodeKV is unmarshalKV with Key and Value aliasing buf: for a caller done
+// with kv before buf changes (the index rebuild, which copies the keys it
+// keeps, and skips a copy of every value).
+func decodeKV(buf []byte, kv *mvccpb.KeyValue) error {
 	kv.Reset()
-	buf := bytes.Clone(b)
 	for len(buf) > 0 {
 		num, typ, n := protowire.ConsumeTag(buf)
 		if n < 0 {

@@ -307,7 +307,8 @@ func (s *Store) restore() (scheduled int64, err error) {
 			rangeErr = err
 			return false
 		}
-		if err := unmarshalKV(v, &kv); err != nil {
+		// The index copies the keys it keeps; kv does not outlive v.
+		if err := decodeKV(v, &kv); err != nil {
 			rangeErr = fmt.Errorf("unmarshal key value at %v: %w", rev, err)
 			return false
 		}
