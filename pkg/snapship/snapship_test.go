@@ -62,6 +62,20 @@ func records(t *testing.T, be backend.Backend) (int, string) {
 	return n, tag
 }
 
+// wantRecords opens the backend in dir and checks it holds n records of
+// tag.
+func wantRecords(t *testing.T, engine, dir string, n int, tag string) {
+	t.Helper()
+	be, err := enginetest.Open(engine, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if gotN, gotTag := records(t, be); gotN != n || gotTag != tag {
+		t.Fatalf("%s holds %d records of %q, want %d of %q", filepath.Base(dir), gotN, gotTag, n, tag)
+	}
+}
+
 func dumpOf(t *testing.T, engine string, n int, tag string) []byte {
 	t.Helper()
 	src := enginetest.OpenT(t, engine)
@@ -147,14 +161,7 @@ func TestStagerReceive(t *testing.T) {
 			if got := entries(t, dir); len(got) != 1 || filepath.Join(dir, got[0]) != staged {
 				t.Fatalf("after Take(7): %v, want only %s", got, staged)
 			}
-			be, err := enginetest.Open(engine, staged)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			if n, tag := records(t, be); n != 2000 || tag != "new" {
-				t.Fatalf("staged backend holds %d records of %q", n, tag)
-			}
+			wantRecords(t, engine, staged, 2000, "new")
 		})
 	}
 }
@@ -244,14 +251,7 @@ func TestReplaceInterruptedRemovalKeepsNewBackend(t *testing.T) {
 			if _, err := os.Stat(dir + discardedSuffix); !errors.Is(err, fs.ErrNotExist) {
 				t.Fatalf("the replaced backend is still there after recovery: %v", err)
 			}
-			be, err := enginetest.Open(engine, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			if n, tag := records(t, be); n != 20 || tag != "new" {
-				t.Fatalf("after recovery: %d records of %q, want the installed 20 new", n, tag)
-			}
+			wantRecords(t, engine, dir, 20, "new")
 		})
 	}
 }
@@ -270,14 +270,7 @@ func TestReplaceFailureKeepsOldBackend(t *testing.T) {
 			if _, err := os.Stat(dir + replacedSuffix); !errors.Is(err, fs.ErrNotExist) {
 				t.Fatalf("the old backend is still aside: %v", err)
 			}
-			be, err := enginetest.Open(engine, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			if n, tag := records(t, be); n != 10 || tag != "old" {
-				t.Fatalf("after a failed replace: %d records of %q, want the old 10", n, tag)
-			}
+			wantRecords(t, engine, dir, 10, "old")
 		})
 	}
 }

@@ -420,20 +420,11 @@ func TestSnapshot50MiB(t *testing.T) {
 	sum := sha256.New()
 	data := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{1}), size), sum)
 	a.SendSnapshot(snapMsg(1, 2, 1000), io.NopCloser(data), size)
-	waitFor(t, "snapshot status", func() bool { return len(a.SnapStatus(2)) == 1 })
-	if !a.SnapStatus(2)[0] {
-		t.Fatal("snapshot reported failed")
-	}
-	b.mu.Lock()
-	snaps := b.snaps
-	b.mu.Unlock()
-	if len(snaps) != 1 {
-		t.Fatalf("receiver got %d snapshots", len(snaps))
-	}
+	path := acceptedSnapshot(t, a, b)
 	if m := gotMsg.Load(); m.GetSnapshot().GetMetadata().GetIndex() != 1000 || m.GetFrom() != 1 {
 		t.Fatalf("receiver got message %v", m)
 	}
-	f, err := os.Open(snaps[0])
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,17 +475,7 @@ func TestSnapshotStreamedUnknownSize(t *testing.T) {
 		pw.CloseWithError(err)
 	}()
 	a.SendSnapshot(snapMsg(1, 2, 1000), pr, -1)
-	waitFor(t, "snapshot status", func() bool { return len(a.SnapStatus(2)) == 1 })
-	if !a.SnapStatus(2)[0] {
-		t.Fatal("snapshot reported failed")
-	}
-	b.mu.Lock()
-	snaps := b.snaps
-	b.mu.Unlock()
-	if len(snaps) != 1 {
-		t.Fatalf("receiver accepted %d snapshots", len(snaps))
-	}
-	got, err := os.ReadFile(snaps[0])
+	got, err := os.ReadFile(acceptedSnapshot(t, a, b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -693,4 +674,20 @@ func receiveToFile(dir string, data io.Reader) (path string, err error) {
 	}()
 	_, err = io.Copy(f, data)
 	return f.Name(), err
+}
+
+// acceptedSnapshot waits for a's one snapshot to b to be reported and
+// returns the file b accepted it into.
+func acceptedSnapshot(t *testing.T, a, b *member) string {
+	t.Helper()
+	waitFor(t, "snapshot status", func() bool { return len(a.SnapStatus(b.id)) == 1 })
+	if !a.SnapStatus(b.id)[0] {
+		t.Fatal("snapshot reported failed")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.snaps) != 1 {
+		t.Fatalf("receiver accepted %d snapshots", len(b.snaps))
+	}
+	return b.snaps[0]
 }
