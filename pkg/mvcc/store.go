@@ -21,7 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -292,41 +291,9 @@ func (s *Store) restore() (scheduled int64, err error) {
 		scheduled = 0
 	}
 
-	// The bucket is in revision order, so each key's revisions arrive in
-	// order. A key's first revision may follow compacted ones: the KeyValue
-	// carries the generation's create revision and version. A tombstone
-	// first is one compaction kept (at the compaction revision) or one an
-	// unfinished compaction has not reached yet; it is restored as a deleted
-	// key so watches and the resumed compaction see it, as etcd does.
-	current := int64(1)
-	var kv mvccpb.KeyValue
-	var rangeErr error
-	err = tx.Range(backend.Key, nil, nil, 0, func(k, v []byte) bool {
-		rev, tomb, err := bytesToRev(k)
-		if err != nil {
-			rangeErr = err
-			return false
-		}
-		// The index copies the keys it keeps; kv does not outlive v.
-		if err := decodeKV(v, &kv); err != nil {
-			rangeErr = fmt.Errorf("unmarshal key value at %v: %w", rev, err)
-			return false
-		}
-		current = max(current, rev.Main)
-		switch {
-		case tomb:
-			s.idx.RestoreTombstone(kv.Key, rev)
-		default:
-			// Restore appends a put when the key is already indexed.
-			s.idx.Restore(kv.Key, index.Revision{Main: kv.CreateRevision}, rev, kv.Version)
-		}
-		return true
-	})
-	if err == nil {
-		err = rangeErr
-	}
+	current, err := rebuildIndex(tx, s.idx)
 	if err != nil {
-		return 0, fmt.Errorf("open mvcc store: rebuild index: %w", err)
+		return 0, err
 	}
 	// Compaction may have deleted every revision up to the compaction point,
 	// which is then the newest revision known.
