@@ -105,7 +105,15 @@ var ErrBadDump = errors.New("backend: bad dump")
 // r is read to its end (bytes after the dump are an error): a damaged or cut
 // stream leaves at most data without a consistent index.
 func Load(be Backend, r io.Reader, batchBytes int) error {
-	hr := &hashReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
+	return LoadEach(be, r, batchBytes, nil)
+}
+
+// LoadEach is Load that also hands each record to each, if set, just before
+// the engine gets it: a caller can derive something from the records on the
+// way (a snapshot install builds the key index) instead of scanning the
+// loaded backend. each does not keep the slices; its error fails the load.
+func LoadEach(be Backend, r io.Reader, batchBytes int, each func(b Bucket, k, v []byte) error) error {
+	hr := &hashReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New(), each: each}
 	magic := make([]byte, len(dumpMagic))
 	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, dumpMagic) {
 		return fmt.Errorf("load dump: %w: no dump header", ErrBadDump)
@@ -199,6 +207,11 @@ func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
 			meta = append(meta, kv{Meta, bytes.Clone(kb), bytes.Clone(vb)})
 			continue
 		}
+		if hr.each != nil {
+			if err := hr.each(bucket, kb, vb); err != nil {
+				return err
+			}
+		}
 		if err := put(bucket, kb, vb); err != nil {
 			return err
 		}
@@ -221,6 +234,11 @@ func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
 		return fmt.Errorf("load dump: after the checksum: %w", err)
 	}
 	for _, e := range meta {
+		if hr.each != nil {
+			if err := hr.each(e.b, e.k, e.v); err != nil {
+				return err
+			}
+		}
 		if err := put(e.b, e.k, e.v); err != nil {
 			return err
 		}
@@ -230,8 +248,9 @@ func (hr *hashReader) records(put func(b Bucket, k, v []byte) error) error {
 
 // hashReader hashes exactly the bytes consumed.
 type hashReader struct {
-	r *bufio.Reader
-	h hash.Hash
+	r    *bufio.Reader
+	h    hash.Hash
+	each func(b Bucket, k, v []byte) error // LoadEach's
 }
 
 func (h *hashReader) Read(p []byte) (int, error) {

@@ -21,83 +21,130 @@ type restoredRev struct {
 	tomb         bool
 }
 
-// rebuildIndex fills idx from the Key bucket of tx and returns the newest
-// revision it holds (at least 1). Reading and decoding the bucket runs on
-// this goroutine and inserting into the index on another, as etcd's restore
-// does: on two cores a restart or snapshot install pays for the slower of
-// the two instead of both.
+// IndexBuilder builds the key index from the records of the Key bucket, in
+// the bucket's (revision) order, as a restart's scan or a snapshot being
+// loaded yields them. Decoding runs on the caller's goroutine and inserting
+// into the index on another, as etcd's restore does: on two cores the
+// rebuild pays for the slower of the two instead of both. A snapshot install
+// hands what it built to Reset, which then need not scan the new backend.
 //
-// The bucket is in revision order, so each key's revisions arrive in order.
 // A key's first revision may follow compacted ones: the KeyValue carries the
 // generation's create revision and version. A tombstone first is one
 // compaction kept (at the compaction revision) or one an unfinished
 // compaction has not reached yet; it is restored as a deleted key so watches
 // and the resumed compaction see it, as etcd does.
-func rebuildIndex(tx backend.ReadTx, idx *index.Index) (int64, error) {
-	chunks := make(chan []restoredRev, 4)
-	built := make(chan struct{})
+type IndexBuilder struct {
+	idx     *index.Index
+	current int64
+	chunks  chan []restoredRev
+	built   chan struct{}
+	kv      mvccpb.KeyValue
+	chunk   []restoredRev
+	arena   []byte
+	err     error
+	done    bool
+}
+
+// BuiltIndex is a finished IndexBuilder's index and the newest revision it
+// saw.
+type BuiltIndex struct {
+	idx     *index.Index
+	current int64
+}
+
+// Keys is how many keys the index holds, deleted ones included.
+func (b *BuiltIndex) Keys() int { return b.idx.Len() }
+
+// NewIndexBuilder starts a builder; Finish or Abort ends its goroutine.
+func NewIndexBuilder() *IndexBuilder {
+	b := &IndexBuilder{idx: index.New(), current: 1, chunks: make(chan []restoredRev, 4), built: make(chan struct{})}
 	go func() {
-		defer close(built)
-		for chunk := range chunks {
+		defer close(b.built)
+		for chunk := range b.chunks {
 			for _, r := range chunk {
 				if r.tomb {
-					idx.RestoreTombstone(r.key, r.rev)
+					b.idx.RestoreTombstone(r.key, r.rev)
 				} else {
 					// Restore appends a put when the key is already indexed.
-					idx.Restore(r.key, index.Revision{Main: r.created}, r.rev, r.ver)
+					b.idx.Restore(r.key, index.Revision{Main: r.created}, r.rev, r.ver)
 				}
 			}
 		}
 	}()
-	current := int64(1)
-	var (
-		kv       mvccpb.KeyValue
-		rangeErr error
-		chunk    []restoredRev
-		arena    []byte
-	)
-	flush := func() {
-		if len(chunk) > 0 {
-			chunks <- chunk
-			chunk, arena = nil, nil
-		}
+	return b
+}
+
+// Add takes the next record of the Key bucket. k and v are not kept.
+func (b *IndexBuilder) Add(k, v []byte) error {
+	if b.err != nil {
+		return b.err
 	}
-	err := tx.Range(backend.Key, nil, nil, 0, func(k, v []byte) bool {
-		rev, tomb, err := bytesToRev(k)
-		if err != nil {
-			rangeErr = err
-			return false
-		}
-		// kv aliases v, which is valid only during this call: the key is
-		// copied into the chunk's arena, the rest is not kept.
-		if err := decodeKV(v, &kv); err != nil {
-			rangeErr = fmt.Errorf("unmarshal key value at %v: %w", rev, err)
-			return false
-		}
-		current = max(current, rev.Main)
-		if chunk == nil {
-			chunk = make([]restoredRev, 0, rebuildChunk)
-			arena = make([]byte, 0, 64*rebuildChunk)
-		}
-		if cap(arena)-len(arena) < len(kv.Key) {
-			arena = make([]byte, 0, max(64*rebuildChunk, len(kv.Key)))
-		}
-		arena = append(arena, kv.Key...)
-		key := arena[len(arena)-len(kv.Key) : len(arena) : len(arena)]
-		chunk = append(chunk, restoredRev{key: key, rev: rev, created: kv.CreateRevision, ver: kv.Version, tomb: tomb})
-		if len(chunk) == rebuildChunk {
-			flush()
-		}
-		return true
-	})
-	flush()
-	close(chunks)
-	<-built
+	rev, tomb, err := bytesToRev(k)
 	if err == nil {
-		err = rangeErr
+		// kv aliases v: the key is copied into the chunk's arena, the rest
+		// is not kept.
+		if err = decodeKV(v, &b.kv); err != nil {
+			err = fmt.Errorf("unmarshal key value at %v: %w", rev, err)
+		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("open mvcc store: rebuild index: %w", err)
+		b.err = fmt.Errorf("rebuild index: %w", err)
+		return b.err
 	}
-	return current, nil
+	b.current = max(b.current, rev.Main)
+	key := b.kv.Key
+	if b.chunk == nil {
+		b.chunk = make([]restoredRev, 0, rebuildChunk)
+	}
+	if cap(b.arena)-len(b.arena) < len(key) {
+		b.arena = make([]byte, 0, max(64*rebuildChunk, len(key)))
+	}
+	b.arena = append(b.arena, key...)
+	key = b.arena[len(b.arena)-len(key) : len(b.arena) : len(b.arena)]
+	b.chunk = append(b.chunk, restoredRev{key: key, rev: rev, created: b.kv.CreateRevision, ver: b.kv.Version, tomb: tomb})
+	if len(b.chunk) == rebuildChunk {
+		b.chunks <- b.chunk
+		b.chunk = nil
+	}
+	return nil
+}
+
+// Finish waits for the index and returns it, or the first error of Add.
+func (b *IndexBuilder) Finish() (*BuiltIndex, error) {
+	if !b.done && b.err == nil && len(b.chunk) > 0 {
+		b.chunks <- b.chunk
+		b.chunk = nil
+	}
+	b.Abort()
+	if b.err != nil {
+		return nil, b.err
+	}
+	return &BuiltIndex{idx: b.idx, current: b.current}, nil
+}
+
+// Abort ends the builder's goroutine; what it built is dropped.
+func (b *IndexBuilder) Abort() {
+	if !b.done {
+		b.done = true
+		close(b.chunks)
+		<-b.built
+	}
+}
+
+// rebuildIndex builds the index from the Key bucket of tx.
+func rebuildIndex(tx backend.ReadTx) (*BuiltIndex, error) {
+	b := NewIndexBuilder()
+	var addErr error
+	err := tx.Range(backend.Key, nil, nil, 0, func(k, v []byte) bool {
+		addErr = b.Add(k, v)
+		return addErr == nil
+	})
+	if err == nil {
+		err = addErr
+	}
+	if err != nil {
+		b.Abort()
+		return nil, fmt.Errorf("open mvcc store: rebuild index: %w", err)
+	}
+	return b.Finish()
 }

@@ -45,7 +45,7 @@ func TestRebuildIndexDamagedRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		leaks := goleak.IgnoreCurrent() // the engine's own
-		_, err = rebuildIndex(tx, index.New())
+		_, err = rebuildIndex(tx)
 		tx.Release()
 		if err == nil || !strings.Contains(err.Error(), "rebuild index") || !strings.Contains(err.Error(), fmt.Sprint(bad.Main)) {
 			t.Fatalf("rebuild over a damaged record: %v", err)

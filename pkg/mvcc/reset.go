@@ -13,11 +13,13 @@ import (
 // progress), and returns the new one, typically after closing the old one
 // and replacing its files. The writes applied but not committed are dropped:
 // the snapshot supersedes them. Afterwards the store reads the new backend's
-// consistent index, revisions and compaction marks as Open does.
+// consistent index, revisions and compaction marks as Open does, and
+// rebuilds the index from it unless built holds it already (an IndexBuilder
+// fed the same Key bucket records the new backend holds).
 //
 // Only the applier may call Reset, never from inside Apply. On error the
 // store is failed and refuses writes: the member must stop.
-func (s *Store) Reset(swap func(old backend.Backend) (backend.Backend, error)) error {
+func (s *Store) Reset(swap func(old backend.Backend) (backend.Backend, error), built *BuiltIndex) error {
 	c := &s.compactor
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
@@ -48,7 +50,7 @@ func (s *Store) Reset(swap func(old backend.Backend) (backend.Backend, error)) e
 		s.stateMu.Lock()
 		s.bufs.Store(&bufState{})
 		s.stateMu.Unlock()
-		scheduled, err := s.restore()
+		scheduled, err := s.restore(built)
 		if err != nil {
 			err = fmt.Errorf("reset store: %w", err)
 			s.failed = err

@@ -227,7 +227,7 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	s.flusher.onCommit = cfg.onCommit
 	s.flusher.tracer = cfg.tracer
 
-	scheduled, err := s.restore()
+	scheduled, err := s.restore(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -249,9 +249,10 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	return s, nil
 }
 
-// restore loads the meta values and the index. It returns the revision of an
-// unfinished compaction, or 0.
-func (s *Store) restore() (scheduled int64, err error) {
+// restore loads the meta values and the index: built, or rebuilt from the
+// backend when nil. It returns the revision of an unfinished compaction, or
+// 0.
+func (s *Store) restore(built *BuiltIndex) (scheduled int64, err error) {
 	start := time.Now()
 	tx, err := s.be.ReadTx()
 	if err != nil {
@@ -291,10 +292,13 @@ func (s *Store) restore() (scheduled int64, err error) {
 		scheduled = 0
 	}
 
-	current, err := rebuildIndex(tx, s.idx)
-	if err != nil {
-		return 0, err
+	if built == nil {
+		if built, err = rebuildIndex(tx); err != nil {
+			return 0, err
+		}
 	}
+	s.idx = built.idx
+	current := built.current
 	// Compaction may have deleted every revision up to the compaction point,
 	// which is then the newest revision known.
 	current = max(current, s.compactRev, scheduled)

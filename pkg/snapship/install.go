@@ -45,12 +45,12 @@ func (i *Installer) Install(ctx context.Context, snap *raftpb.Snapshot) error {
 		return fmt.Errorf("no data received for the raft snapshot at index %d", index)
 	}
 	// Gone once moved in place; still there if the install failed.
-	defer i.Stager.remove(staged)
+	defer i.Stager.remove(staged.Dir)
 	return i.Apply(ctx, snap, func() error {
 		start := time.Now()
 		err := i.Store.Reset(func(old backend.Backend) (backend.Backend, error) {
-			return i.replace(old, staged)
-		})
+			return i.replace(old, staged.Dir)
+		}, staged.Index)
 		if err != nil {
 			return err
 		}

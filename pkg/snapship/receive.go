@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
+	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
 // LoadBatchBytes sizes the updates a received dump is loaded in, for an
@@ -29,7 +30,13 @@ type Stager struct {
 	lg   *zap.Logger
 
 	mu     sync.Mutex
-	staged map[uint64]string // snapshot index -> backend directory
+	staged map[uint64]Staged // by snapshot index
+}
+
+// Staged is a snapshot's backend, complete and synced, with its key index.
+type Staged struct {
+	Dir   string
+	Index *mvcc.BuiltIndex
 }
 
 // NewStager returns a Stager that stages backends under dir, opened with
@@ -42,7 +49,7 @@ func NewStager(dir string, open func(dir string) (backend.Backend, error), lg *z
 	if err := fsutil.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	return &Stager{dir: dir, open: open, lg: lg, staged: map[uint64]string{}}, nil
+	return &Stager{dir: dir, open: open, lg: lg, staged: map[uint64]Staged{}}, nil
 }
 
 // Receive is the transport's ReceiveSnapshot: it loads data into a new
@@ -66,9 +73,22 @@ func (s *Stager) Receive(m *raftpb.Message, data io.Reader) (err error) {
 	if err != nil {
 		return fmt.Errorf("stage snapshot: %w", err)
 	}
-	// Load reads data to its end, where the transport checks its own
-	// checksum.
-	err = backend.Load(be, data, LoadBatchBytes)
+	// The key index is built from the records on their way to the engine,
+	// so the install need not scan the new backend. Load reads data to its
+	// end, where the transport checks its own checksum.
+	ib := mvcc.NewIndexBuilder()
+	err = backend.LoadEach(be, data, LoadBatchBytes, func(b backend.Bucket, k, v []byte) error {
+		if b == backend.Key {
+			return ib.Add(k, v)
+		}
+		return nil
+	})
+	var built *mvcc.BuiltIndex
+	if err == nil {
+		built, err = ib.Finish()
+	} else {
+		ib.Abort()
+	}
 	if err == nil {
 		err = be.Sync()
 	}
@@ -86,27 +106,27 @@ func (s *Stager) Receive(m *raftpb.Message, data io.Reader) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.staged[index]; ok {
-		s.remove(old)
+		s.remove(old.Dir)
 	}
-	s.staged[index] = dir
+	s.staged[index] = Staged{Dir: dir, Index: built}
 	return nil
 }
 
-// Take returns the backend directory staged for the snapshot at index and
-// forgets it, and removes older ones raft passed over.
-func (s *Stager) Take(index uint64) (string, bool) {
+// Take returns what is staged for the snapshot at index and forgets it, and
+// removes older ones raft passed over.
+func (s *Stager) Take(index uint64) (Staged, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	dir, ok := s.staged[index]
+	st, ok := s.staged[index]
 	for i, d := range s.staged {
 		if i <= index {
 			if i != index {
-				s.remove(d)
+				s.remove(d.Dir)
 			}
 			delete(s.staged, i)
 		}
 	}
-	return dir, ok
+	return st, ok
 }
 
 func (s *Stager) remove(dir string) {

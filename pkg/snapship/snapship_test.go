@@ -2,6 +2,7 @@ package snapship
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -20,13 +22,22 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 )
 
-// fill writes n records into the Key bucket of be, valued tag, and the
-// consistent index into Meta.
+// fill writes n revisions into the Key bucket of be, as the store lays
+// them out (revision -> KeyValue), valued tag, and the consistent index into
+// Meta.
 func fill(t *testing.T, be backend.Backend, n int, tag string) {
 	t.Helper()
 	err := be.Update(func(tx backend.WriteTx) error {
 		for i := range n {
-			if err := tx.Put(backend.Key, fmt.Appendf(nil, "k%05d", i), []byte(tag)); err != nil {
+			rev := int64(i + 2)
+			k := append(binary.BigEndian.AppendUint64(nil, uint64(rev)), '_')
+			k = binary.BigEndian.AppendUint64(k, 0)
+			v, err := proto.Marshal(&mvccpb.KeyValue{Key: fmt.Appendf(nil, "k%05d", i), Value: []byte(tag),
+				CreateRevision: rev, ModRevision: rev, Version: 1})
+			if err != nil {
+				return err
+			}
+			if err := tx.Put(backend.Key, k, v); err != nil {
 				return err
 			}
 		}
@@ -47,10 +58,15 @@ func records(t *testing.T, be backend.Backend) (int, string) {
 	}
 	defer tx.Release()
 	n, tag := 0, ""
+	var kv mvccpb.KeyValue
 	err = tx.Range(backend.Key, nil, nil, 0, func(_, v []byte) bool {
+		if err := proto.Unmarshal(v, &kv); err != nil {
+			t.Errorf("record %d: %v", n, err)
+			return false
+		}
 		if n == 0 {
-			tag = string(v)
-		} else if tag != string(v) {
+			tag = string(kv.Value)
+		} else if tag != string(kv.Value) {
 			tag = ""
 		}
 		n++
@@ -158,10 +174,14 @@ func TestStagerReceive(t *testing.T) {
 			if !ok {
 				t.Fatal("snapshot 7 not staged")
 			}
-			if got := entries(t, dir); len(got) != 1 || filepath.Join(dir, got[0]) != staged {
-				t.Fatalf("after Take(7): %v, want only %s", got, staged)
+			if got := entries(t, dir); len(got) != 1 || filepath.Join(dir, got[0]) != staged.Dir {
+				t.Fatalf("after Take(7): %v, want only %s", got, staged.Dir)
 			}
-			wantRecords(t, engine, staged, 2000, "new")
+			wantRecords(t, engine, staged.Dir, 2000, "new")
+			// The key index came with it, built from the records on the way.
+			if n := staged.Index.Keys(); n != 2000 {
+				t.Fatalf("staged index holds %d keys, want 2000", n)
+			}
 		})
 	}
 }
@@ -203,7 +223,7 @@ func stage(t *testing.T, engine, dir string) (backend.Backend, string) {
 		t.Fatal(err)
 	}
 	staged, _ := s.Take(3)
-	return live, staged
+	return live, staged.Dir
 }
 
 func TestReplace(t *testing.T) {

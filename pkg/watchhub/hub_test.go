@@ -246,7 +246,7 @@ func TestResyncAfterStoreReset(t *testing.T) {
 			return nil, err
 		}
 		return enginetest.Open("bolt", srcDir)
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
