@@ -52,6 +52,9 @@ var (
 	// ErrUpdateTooLarge is returned (wrapped) when one Update holds more writes
 	// than the engine can commit atomically. Nothing of that Update is committed.
 	ErrUpdateTooLarge = errors.New("backend: update too large")
+	// ErrUnsorted is returned (wrapped) by a SortedBulkLoad given a record
+	// out of key order.
+	ErrUnsorted = errors.New("backend: records out of key order")
 )
 
 // Backend is a transactional ordered key-value engine.
@@ -112,6 +115,15 @@ type Backend interface {
 // backend to throw away. Not for a backend in use.
 type BulkLoader interface {
 	BulkLoad(fn func(put func(b Bucket, key, value []byte) error) error) error
+}
+
+// SortedBulkLoader is a BulkLoader for input whose records come in ascending
+// key order within each bucket (a dump's), which lets an engine write its
+// final layout directly. Records out of order fail the load with
+// ErrUnsorted. It may drop what the backend held; nothing is durable before
+// Sync.
+type SortedBulkLoader interface {
+	SortedBulkLoad(fn func(put func(b Bucket, key, value []byte) error) error) error
 }
 
 // ReadTx is a consistent read-only view, used by one goroutine at a time.

@@ -118,6 +118,13 @@ func LoadEach(be Backend, r io.Reader, batchBytes int, each func(b Bucket, k, v 
 	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, dumpMagic) {
 		return fmt.Errorf("load dump: %w: no dump header", ErrBadDump)
 	}
+	// A dump holds each bucket in key order.
+	if sl, ok := be.(SortedBulkLoader); ok {
+		if err := sl.SortedBulkLoad(func(put func(b Bucket, k, v []byte) error) error { return hr.records(put) }); err != nil {
+			return fmt.Errorf("load dump: %w", err)
+		}
+		return nil
+	}
 	if bl, ok := be.(BulkLoader); ok {
 		if err := bl.BulkLoad(func(put func(b Bucket, k, v []byte) error) error { return hr.records(put) }); err != nil {
 			return fmt.Errorf("load dump: %w", err)
