@@ -306,43 +306,38 @@ func (a *Applier) request(e *raftpb.Entry) (*pb.InternalRaftRequest, error) {
 // InternalRaftRequest without decoding the rest; 0 if it has none or the
 // encoding is bad (then the full decode reports it).
 func headerID(data []byte) uint64 {
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return 0
-		}
-		data = data[n:]
-		if num == 100 && typ == protowire.BytesType {
-			hdr, n := protowire.ConsumeBytes(data)
-			if n < 0 {
-				return 0
+	hdr, ok := protoField(data, 100, protowire.BytesType)
+	if !ok {
+		return 0
+	}
+	if hdr, n := protowire.ConsumeBytes(hdr); n >= 0 {
+		if id, ok := protoField(hdr, 1, protowire.VarintType); ok {
+			if v, n := protowire.ConsumeVarint(id); n >= 0 {
+				return v
 			}
-			for len(hdr) > 0 {
-				num, typ, n := protowire.ConsumeTag(hdr)
-				if n < 0 {
-					return 0
-				}
-				hdr = hdr[n:]
-				if num == 1 && typ == protowire.VarintType {
-					v, n := protowire.ConsumeVarint(hdr)
-					if n < 0 {
-						return 0
-					}
-					return v
-				}
-				if n = protowire.ConsumeFieldValue(num, typ, hdr); n < 0 {
-					return 0
-				}
-				hdr = hdr[n:]
-			}
-			return 0
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, data); n < 0 {
-			return 0
-		}
-		data = data[n:]
 	}
 	return 0
+}
+
+// protoField returns the encoding of the first field num of type typ in
+// msg, from its value on; false if there is none or msg is malformed first.
+func protoField(msg []byte, num protowire.Number, typ protowire.Type) ([]byte, bool) {
+	for len(msg) > 0 {
+		n2, t2, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return nil, false
+		}
+		msg = msg[n:]
+		if n2 == num && t2 == typ {
+			return msg, true
+		}
+		if n = protowire.ConsumeFieldValue(n2, t2, msg); n < 0 {
+			return nil, false
+		}
+		msg = msg[n:]
+	}
+	return nil, false
 }
 
 func (a *Applier) applyConfChange(b *mvcc.Batch, e *raftpb.Entry, fresh bool) error {

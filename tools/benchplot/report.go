@@ -128,28 +128,15 @@ func decodeOne[T any](r io.Reader, from string) (*T, error) {
 }
 
 func (rep *Report) check() error {
-	switch rep.Schema {
-	case Schema:
-	case "":
-		return fmt.Errorf("no \"schema\" field: not the JSON of scripts/bench.sh --json (want schema %q)", Schema)
-	default:
-		return fmt.Errorf("schema %q: this tool reads %q", rep.Schema, Schema)
-	}
-	if len(rep.Servers) == 0 {
-		return errors.New("no servers in the report")
+	servers, err := checkHeader(rep.Schema, Schema, "scripts/bench.sh", rep.Servers)
+	if err != nil {
+		return err
 	}
 	if len(rep.Workloads) == 0 {
 		return errors.New("no workloads in the report")
 	}
 	if len(rep.Results) == 0 {
 		return errors.New("no results in the report")
-	}
-	servers := map[string]bool{}
-	for _, s := range rep.Servers {
-		if s == "" || servers[s] {
-			return fmt.Errorf("server %q empty or listed twice", s)
-		}
-		servers[s] = true
 	}
 	workloads := map[string]bool{}
 	for _, w := range rep.Workloads {
@@ -249,4 +236,28 @@ func (rep *Report) describe() string {
 		parts = append(parts, d)
 	}
 	return strings.Join(parts, " · ")
+}
+
+// checkHeader checks what both report schemas share: the schema named, by
+// the script that writes it, and a list of distinct servers, returned as a
+// set.
+func checkHeader(schema, want, script string, servers []string) (map[string]bool, error) {
+	switch schema {
+	case want:
+	case "":
+		return nil, fmt.Errorf("no \"schema\" field: not the JSON of %s --json (want schema %q)", script, want)
+	default:
+		return nil, fmt.Errorf("schema %q: this tool reads %q", schema, want)
+	}
+	if len(servers) == 0 {
+		return nil, errors.New("no servers in the report")
+	}
+	set := map[string]bool{}
+	for _, s := range servers {
+		if s == "" || set[s] {
+			return nil, fmt.Errorf("server %q empty or listed twice", s)
+		}
+		set[s] = true
+	}
+	return set, nil
 }

@@ -65,28 +65,15 @@ func ReadScaleReport(r io.Reader) (*ScaleReport, error) {
 }
 
 func (rep *ScaleReport) check() error {
-	switch rep.Schema {
-	case ScaleSchema:
-	case "":
-		return fmt.Errorf("no \"schema\" field: not the JSON of scripts/bench-scale.sh --json (want schema %q)", ScaleSchema)
-	default:
-		return fmt.Errorf("schema %q: want %q", rep.Schema, ScaleSchema)
-	}
-	if len(rep.Servers) == 0 {
-		return errors.New("no servers in the report")
+	servers, err := checkHeader(rep.Schema, ScaleSchema, "scripts/bench-scale.sh", rep.Servers)
+	if err != nil {
+		return err
 	}
 	if len(rep.Sizes) == 0 {
 		return errors.New("no sizes in the report")
 	}
 	if len(rep.Results) == 0 {
 		return errors.New("no results in the report")
-	}
-	servers := map[string]bool{}
-	for _, s := range rep.Servers {
-		if s == "" || servers[s] {
-			return fmt.Errorf("server %q empty or listed twice", s)
-		}
-		servers[s] = true
 	}
 	sizes := map[string]bool{}
 	for _, z := range rep.Sizes {

@@ -18,15 +18,11 @@ var _ backend.BulkLoader = (*Backend)(nil)
 // commits in transactions of Badger's size limit as it fills and writes
 // them concurrently with the caller, instead of one Update per batch.
 func (be *Backend) BulkLoad(fn func(put func(b backend.Bucket, key, value []byte) error) error) error {
-	if !be.gate.Enter() {
-		return backend.ErrClosed
+	release, err := be.enterBulk()
+	if err != nil {
+		return err
 	}
-	defer be.gate.Exit()
-	be.writeMu.Lock()
-	defer be.writeMu.Unlock()
-	if be.journal.Load() != nil {
-		return errors.New("badger bulk load: a defragment is running")
-	}
+	defer release()
 	wb := be.cur.db.NewWriteBatch()
 	defer wb.Cancel()
 	var written int64
@@ -70,15 +66,11 @@ const sortedBufBytes = 16 << 20
 // WriteBatch load compresses every block more than once as it compacts).
 // It drops whatever the database held.
 func (be *Backend) SortedBulkLoad(fn func(put func(b backend.Bucket, key, value []byte) error) error) (err error) {
-	if !be.gate.Enter() {
-		return backend.ErrClosed
+	release, err := be.enterBulk()
+	if err != nil {
+		return err
 	}
-	defer be.gate.Exit()
-	be.writeMu.Lock()
-	defer be.writeMu.Unlock()
-	if be.journal.Load() != nil {
-		return errors.New("badger bulk load: a defragment is running")
-	}
+	defer release()
 	sw := be.cur.db.NewStreamWriter()
 	if err := sw.Prepare(); err != nil {
 		return fmt.Errorf("bulk load: prepare badger stream writer in %s: %w", be.cur.dir, err)
@@ -152,4 +144,19 @@ func (be *Backend) SortedBulkLoad(fn func(put func(b backend.Bucket, key, value 
 type sortedStream struct {
 	id   uint32
 	last []byte
+}
+
+// enterBulk holds the backend open and its writers off for a bulk load, and
+// refuses one while a defragment runs.
+func (be *Backend) enterBulk() (release func(), err error) {
+	if !be.gate.Enter() {
+		return nil, backend.ErrClosed
+	}
+	be.writeMu.Lock()
+	release = func() { be.writeMu.Unlock(); be.gate.Exit() }
+	if be.journal.Load() != nil {
+		release()
+		return nil, errors.New("badger bulk load: a defragment is running")
+	}
+	return release, nil
 }
