@@ -111,14 +111,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	top, step := niceAxis(ymax)
 	scale := plotH / top
 
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="%s" role="img">`+"\n",
-		num(width), num(height), num(width), num(height), esc(fontFamily))
-	fmt.Fprintf(&b, "<title>%s</title>\n", esc(c.Title))
-	fmt.Fprintf(&b, `<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>`+"\n", num(width), num(height))
-	fmt.Fprintf(&b, `<text class="title" x="%s" y="28" font-size="19" font-weight="bold" fill="#1a1a1a">%s</text>`+"\n", num(marginL), esc(c.Title))
-	if c.Subtitle != "" {
-		fmt.Fprintf(&b, `<text class="subtitle" x="%s" y="50" font-size="12" fill="#555555">%s</text>`+"\n", num(marginL), esc(c.Subtitle))
-	}
+	writeHeader(&b, width, height, c.Title, c.Subtitle)
 
 	// Legend: one swatch and name per server, in a row under the subtitle.
 	x := marginL
@@ -279,4 +272,17 @@ func formatMs(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return thousands(int64(math.Round(v)))
+}
+
+// writeHeader starts a chart: the svg element, its title, a white
+// background, and the title and subtitle lines.
+func writeHeader(b *strings.Builder, width, height float64, title, subtitle string) {
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="%s" role="img">`+"\n",
+		num(width), num(height), num(width), num(height), esc(fontFamily))
+	fmt.Fprintf(b, "<title>%s</title>\n", esc(title))
+	fmt.Fprintf(b, `<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>`+"\n", num(width), num(height))
+	fmt.Fprintf(b, `<text class="title" x="%s" y="28" font-size="19" font-weight="bold" fill="#1a1a1a">%s</text>`+"\n", num(marginL), esc(title))
+	if subtitle != "" {
+		fmt.Fprintf(b, `<text class="subtitle" x="%s" y="50" font-size="12" fill="#555555">%s</text>`+"\n", num(marginL), esc(subtitle))
+	}
 }
