@@ -235,3 +235,20 @@ func TestBackToBackConfChangesAllApply(t *testing.T) {
 		return err == nil && len(st.Config.Learners) == n
 	})
 }
+
+// runNode runs n as a member's actors do: with a WAL writer on l and a fake
+// applier.
+func runNode(t *testing.T, n *Node, l *raftlog.Log) *actors.Group {
+	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
+	g.Go("raft", n)
+	g.Go("wal", NewWALWriter(l, n, nil))
+	g.Go("applier", &fakeApplier{n: n, changed: make(chan struct{}, 1)})
+	return g
+}
+
+// stopGroup stops g and fails t on an actor's error.
+func stopGroup(t *testing.T, g *actors.Group) {
+	if err := g.Stop(); err != nil {
+		t.Error(err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
-	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 )
 
@@ -51,15 +50,8 @@ func TestPreVoteConfigDecidesCampaignMessage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
-			g.Go("raft", n)
-			g.Go("wal", NewWALWriter(l, n, nil))
-			g.Go("applier", &fakeApplier{n: n, changed: make(chan struct{}, 1)})
-			defer func() {
-				if err := g.Stop(); err != nil {
-					t.Error(err)
-				}
-			}()
+			g := runNode(t, n, l)
+			defer stopGroup(t, g)
 			waitFor(t, "a campaign message to member 2", func() bool {
 				mu.Lock()
 				defer mu.Unlock()

@@ -43,10 +43,7 @@ func (p *pair) start(t *testing.T, id uint64) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
-	g.Go("raft", n)
-	g.Go("wal", NewWALWriter(l, n, nil))
-	g.Go("applier", &fakeApplier{n: n, changed: make(chan struct{}, 1)})
+	g := runNode(t, n, l)
 	p.nodes[id].Store(n)
 	p.groups = append(p.groups, g)
 	p.logs = append(p.logs, l)

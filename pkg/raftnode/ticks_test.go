@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
-	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 )
 
@@ -42,15 +41,8 @@ func TestAdvanceTicksStartsCampaign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
-	g.Go("raft", n)
-	g.Go("wal", NewWALWriter(l, n, nil))
-	g.Go("applier", &fakeApplier{n: n, changed: make(chan struct{}, 1)})
-	defer func() {
-		if err := g.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	g := runNode(t, n, l)
+	defer stopGroup(t, g)
 	count := func() int { mu.Lock(); defer mu.Unlock(); return sent }
 	time.Sleep(100 * time.Millisecond)
 	if c := count(); c != 0 {
