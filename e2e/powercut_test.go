@@ -39,10 +39,9 @@ func powerCutCyclesFromEnv(t *testing.T) int {
 //
 // Two models of directory entries: "journaled" (an fsync of any file also
 // makes earlier creates/renames/unlinks durable, as ext4 and xfs do) and
-// "posix" (only an fsync of the directory does). Badger never syncs the
-// directory of the tables it writes; kvd does after opening it (where
-// Badger flushes the memtable it replayed) and on every Sync, before a raft
-// snapshot (docs/reliability.md, "Power cuts").
+// "posix" (only an fsync of the directory does). Badger's names of new
+// files are durable under POSIX only with the patched ristretto kvd builds
+// it with (third_party/README.md, docs/reliability.md "Power cuts").
 func TestPowerCut(t *testing.T) {
 	cycles := powerCutCyclesFromEnv(t)
 	for _, engine := range harness.Engines() {

@@ -433,9 +433,10 @@ func (be *Backend) Sync() error {
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("sync badger db %s: %w", s.dir, err)
 	}
-	// Badger (ristretto's file helper) does not sync the directory of the
-	// tables it creates, though its manifest names them; kvd syncs it here,
-	// before every raft snapshot lets the WAL be truncated.
+	// Unlinks (replaced memtable logs, compacted tables) are not synced by
+	// Badger; sync them before a raft snapshot lets the WAL be truncated.
+	// The names of new files are synced as they are created (the patched
+	// ristretto in third_party).
 	return fsutil.SyncDir(s.dir)
 }
 
