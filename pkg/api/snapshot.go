@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/etcddb"
 )
 
@@ -92,7 +93,8 @@ func (m *maintenanceServer) export() (string, error) {
 	path := f.Name()
 	f.Close()
 	os.Remove(path) // Export creates it exclusively
-	if err := etcddb.ExportBackend(m.s.Store.Backend(), path); err != nil {
+	err = m.s.Store.WholeView(func(be backend.Backend) error { return etcddb.ExportBackend(be, path) })
+	if err != nil {
 		return "", fmt.Errorf("build %s: %w", filepath.Base(path), err)
 	}
 	return path, nil

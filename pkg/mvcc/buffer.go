@@ -314,40 +314,57 @@ func (s *Store) freeze() *wbuf {
 	return w
 }
 
-// commit writes w to the backend in one update.
+// commit writes w to the backend in one update, or in parts when the
+// engine cannot hold it in one (split.go).
 func (s *Store) commit(w *wbuf) error {
 	failpoint.Hit(failpoint.BackendBeforeCommit)
 	err := s.be.Update(func(tx backend.WriteTx) error {
-		var k []byte
-		for i := range w.ents {
-			e := &w.ents[i]
-			k = appendRev(k[:0], e.rev, e.tomb)
-			if err := tx.Put(backend.Key, k, e.value); err != nil {
-				return fmt.Errorf("put revision %v: %w", e.rev, err)
-			}
+		if err := putEnts(tx, w.ents); err != nil {
+			return err
 		}
-		for key, v := range w.meta {
-			if err := tx.Put(backend.Meta, []byte(key), v); err != nil {
-				return fmt.Errorf("put meta %s: %w", key, err)
-			}
-		}
-		for k, a := range w.aux {
-			var err error
-			if a.del {
-				err = tx.Delete(k.bucket, []byte(k.key))
-			} else {
-				err = tx.Put(k.bucket, []byte(k.key), a.value)
-			}
-			if err != nil {
-				return fmt.Errorf("write %s key %x: %w", k.bucket, k.key, err)
-			}
-		}
-		return nil
+		return putMetaAux(tx, w)
 	})
+	if errors.Is(err, backend.ErrUpdateTooLarge) {
+		err = s.commitSplit(w)
+	}
 	if err != nil {
 		return fmt.Errorf("commit %d buffered writes (%d bytes) to the backend: %w", len(w.ents)+len(w.meta)+len(w.aux), w.bytes, err)
 	}
 	failpoint.Hit(failpoint.BackendAfterCommit)
+	return nil
+}
+
+// putEnts writes Key bucket records.
+func putEnts(tx backend.WriteTx, ents []bufEntry) error {
+	var k []byte
+	for i := range ents {
+		e := &ents[i]
+		k = appendRev(k[:0], e.rev, e.tomb)
+		if err := tx.Put(backend.Key, k, e.value); err != nil {
+			return fmt.Errorf("put revision %v: %w", e.rev, err)
+		}
+	}
+	return nil
+}
+
+// putMetaAux writes w's Meta and other bucket writes.
+func putMetaAux(tx backend.WriteTx, w *wbuf) error {
+	for key, v := range w.meta {
+		if err := tx.Put(backend.Meta, []byte(key), v); err != nil {
+			return fmt.Errorf("put meta %s: %w", key, err)
+		}
+	}
+	for k, a := range w.aux {
+		var err error
+		if a.del {
+			err = tx.Delete(k.bucket, []byte(k.key))
+		} else {
+			err = tx.Put(k.bucket, []byte(k.key), a.value)
+		}
+		if err != nil {
+			return fmt.Errorf("write %s key %x: %w", k.bucket, k.key, err)
+		}
+	}
 	return nil
 }
 

@@ -129,7 +129,9 @@ func (s *Store) Hash() (hash uint32, rev int64, err error) {
 		return 0, 0, err
 	}
 	rev = s.rev.Load()
+	s.splitMu.RLock() // a view of a whole commit (split.go)
 	tx, err := s.Backend().ReadTx()
+	s.splitMu.RUnlock()
 	if err != nil {
 		return 0, 0, fmt.Errorf("mvcc hash: %w", err)
 	}

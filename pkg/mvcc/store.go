@@ -87,9 +87,14 @@ type Store struct {
 	// flushFailed holds the error of a failed commit of buffered writes.
 	flushFailed atomic.Pointer[error]
 	// batchLimit and batchBytes: Apply has the active buffer frozen for a
-	// commit once it holds this many Key writes or bytes.
+	// commit once it holds this many Key writes or bytes; they also size
+	// the parts of a split commit.
 	batchLimit, batchBytes int
 	flusher                flusher
+	// splitMu is held for writing while a split commit is between its parts
+	// (split.go): the backend then holds Key records its consistent index
+	// does not cover. WholeView holds it for reading.
+	splitMu sync.RWMutex
 
 	compactor compactor
 	// compactHashes are the last compactions' hashes (compacthash.go).
@@ -254,6 +259,11 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 // 0.
 func (s *Store) restore(built *BuiltIndex) (scheduled int64, err error) {
 	start := time.Now()
+	if rolled, err := s.rollBackSplit(); err != nil {
+		return 0, fmt.Errorf("open mvcc store: %w", err)
+	} else if rolled {
+		built = nil // it indexed the records rolled back
+	}
 	tx, err := s.be.ReadTx()
 	if err != nil {
 		return 0, fmt.Errorf("open mvcc store: read tx: %w", err)

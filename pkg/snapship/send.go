@@ -63,8 +63,12 @@ func (s *Sender) Send(tr *transport.Transport, m *raftpb.Message) {
 		if err := s.Store.Flush(); err != nil {
 			return err
 		}
-		var err error
-		if tx, err = s.Store.Backend().ReadTx(); err != nil {
+		err := s.Store.WholeView(func(be backend.Backend) error {
+			var err error
+			tx, err = be.ReadTx()
+			return err
+		})
+		if err != nil {
 			return err
 		}
 		md = &raftpb.SnapshotMetadata{Index: new(s.Store.ConsistentIndex()), Term: new(s.Store.ConsistentTerm()), ConfState: cs}
