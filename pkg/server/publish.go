@@ -79,16 +79,20 @@ func (p *publisher) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(backoff):
 		}
-		// An applier far behind (a snapshot being installed) refuses with
-		// too many requests and is caught up soon after: keep retrying
-		// briskly so the member serves right after, as etcd's retry loop
-		// does. Other failures back off.
-		if errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) {
-			backoff = 100 * time.Millisecond
-		} else {
-			backoff = min(2*backoff, 2*time.Second)
-		}
+		backoff = nextPublishBackoff(backoff, err)
 	}
+}
+
+// nextPublishBackoff is the wait before the publish after one that failed
+// with err, cur after the previous failure. An applier far behind (a
+// snapshot being installed) refuses with too many requests and is caught up
+// soon after: keep retrying briskly so the member serves right after, as
+// etcd's retry loop does. Other failures back off, up to 2 s.
+func nextPublishBackoff(cur time.Duration, err error) time.Duration {
+	if errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests) {
+		return 100 * time.Millisecond
+	}
+	return min(2*cur, 2*time.Second)
 }
 
 // publishReason says in words why a publish failed: no leader is known, or
