@@ -55,9 +55,17 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // recordCRC covers the type byte and the payload.
 func recordCRC(typ byte, payload []byte) uint32 {
-	c := crc32.Update(0, crcTable, []byte{typ})
-	return crc32.Update(c, crcTable, payload)
+	return crc32.Update(typeCRC[typ], crcTable, payload)
 }
+
+// typeCRC[t] is the CRC of the type byte t alone, where every record's CRC
+// starts: computed once, as a one-byte slice per call would be allocated.
+var typeCRC = func() (t [256]uint32) {
+	for i := range t {
+		t[i] = crc32.Update(0, crcTable, []byte{byte(i)})
+	}
+	return t
+}()
 
 // beginRecord reserves a record header at the end of buf and returns the
 // extended buffer and the header's offset; finishRecord fills it in once the

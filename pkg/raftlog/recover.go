@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/fsutil"
@@ -16,8 +17,10 @@ import (
 // replay is the log as rebuilt from WAL records, before a snapshot is
 // chosen.
 type replay struct {
-	// ents are contiguous; ents[0] has index start.
-	ents []*raftpb.Entry
+	// ents are contiguous; ents[0] has index start. They are still encoded:
+	// recovery decodes only those after the snapshot it picks (most of a
+	// WAL's entries are behind it).
+	ents []rawEntry
 	// start is the index the log continues from; meaningful once started.
 	start   uint64
 	started bool
@@ -34,8 +37,64 @@ func (r *replay) lastIndex() uint64 {
 	return r.start + uint64(len(r.ents)) - 1
 }
 
-func (r *replay) addEntry(e *raftpb.Entry) error {
-	idx := e.GetIndex()
+// rawEntry is an entry record as read: its index and term, and the
+// encoded raftpb.Entry (a slice of the segment's bytes).
+type rawEntry struct {
+	index, term uint64
+	p           []byte
+}
+
+// readRawEntry reads the index and term of the encoded raftpb.Entry p
+// without decoding the rest (fields Term = 2, Index = 3).
+func readRawEntry(p []byte) (rawEntry, error) {
+	e := rawEntry{p: p}
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		p = p[n:]
+		if (num == 2 || num == 3) && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(p)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			if num == 2 {
+				e.term = v
+			} else {
+				e.index = v
+			}
+			p = p[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, p)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		p = p[n:]
+	}
+	return e, nil
+}
+
+// decodeEntries decodes raw, checking each entry says what its record's
+// scan read.
+func decodeEntries(raw []rawEntry) ([]*raftpb.Entry, error) {
+	ents := make([]*raftpb.Entry, len(raw))
+	for i := range raw {
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(raw[i].p, e); err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, raw[i].index, err)
+		}
+		if e.GetIndex() != raw[i].index || e.GetTerm() != raw[i].term {
+			return nil, fmt.Errorf("%w: entry %d: decodes as index %d term %d", ErrCorrupt, raw[i].index, e.GetIndex(), e.GetTerm())
+		}
+		ents[i] = e
+	}
+	return ents, nil
+}
+
+func (r *replay) addEntry(e rawEntry) error {
+	idx := e.index
 	switch {
 	case !r.started || idx < r.start:
 		// The entry replaces everything from idx on; what precedes it is
@@ -72,7 +131,7 @@ func (r *replay) covers(index, term uint64) error {
 		if index > r.lastIndex() {
 			return fmt.Errorf("snapshot index %d beyond last wal index %d", index, r.lastIndex())
 		}
-		if t := r.ents[index-r.start].GetTerm(); t != term {
+		if t := r.ents[index-r.start].term; t != term {
 			return fmt.Errorf("snapshot at index %d has term %d, wal entry has term %d", index, term, t)
 		}
 		return nil
@@ -108,13 +167,21 @@ func (l *Log) recover(segs []segment) error {
 		st.snap = snap
 		st.ents = []*raftpb.Entry{dummyEntry(md.GetIndex(), md.GetTerm())}
 		if r.started && md.GetIndex()+1 >= r.start {
-			st.ents = append(st.ents, r.ents[md.GetIndex()+1-r.start:]...)
+			ents, err := decodeEntries(r.ents[md.GetIndex()+1-r.start:])
+			if err != nil {
+				return err
+			}
+			st.ents = append(st.ents, ents...)
 		}
 	} else {
 		if r.started && r.start != 1 {
 			return fmt.Errorf("%w: wal begins at index %d but there is no usable snapshot before it", ErrCorrupt, r.start)
 		}
-		st.ents = append(st.ents, r.ents...)
+		ents, err := decodeEntries(r.ents)
+		if err != nil {
+			return err
+		}
+		st.ents = append(st.ents, ents...)
 	}
 	hs := r.hs
 	if hs == nil {
@@ -191,14 +258,14 @@ func (l *Log) replaySegment(seg *segment, r *replay, last bool) (keep bool, err 
 					ErrCorrupt, h.seq, h.firstIndex, seg.seq, seg.firstIndex)
 			}
 		case recEntry:
-			e := &raftpb.Entry{}
-			if err := proto.Unmarshal(p, e); err != nil {
+			e, err := readRawEntry(p)
+			if err != nil {
 				return fmt.Errorf("%w: entry at offset %d: %v", ErrCorrupt, off, err)
 			}
 			if err := r.addEntry(e); err != nil {
 				return fmt.Errorf("%w: entry at offset %d: %v", ErrCorrupt, off, err)
 			}
-			seg.maxEntry = max(seg.maxEntry, e.GetIndex())
+			seg.maxEntry = max(seg.maxEntry, e.index)
 		case recHardState:
 			hs := &raftpb.HardState{}
 			if err := proto.Unmarshal(p, hs); err != nil {

@@ -277,6 +277,8 @@ func FuzzRecordPayloads(f *testing.F) {
 	f.Add(appendMarkerRecord(nil, markerCompact, 9, 2)[recordHeaderSize:])
 	f.Add(appendMarkerRecord(nil, markerReset, 1<<40, 7)[recordHeaderSize:])
 	f.Add([]byte{})
+	// An entry with its fields out of order and Index twice (the last wins).
+	f.Add([]byte{0x22, 0x01, 'x', 0x18, 0x05, 0x10, 0x02, 0x08, 0x00, 0x18, 0x07})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if h, err := decodeSegmentHeader(p); err == nil {
 			enc := appendSegmentHeaderRecord(nil, h.seq, h.firstIndex)
@@ -312,6 +314,11 @@ func FuzzRecordPayloads(f *testing.F) {
 		// Entry and hard state payloads: decode, re-encode, decode again.
 		e := &raftpb.Entry{}
 		if proto.Unmarshal(p, e) == nil {
+			// Recovery reads an entry's index and term without decoding
+			// it; whatever decodes must read the same.
+			if raw, err := readRawEntry(p); err != nil || raw.index != e.GetIndex() || raw.term != e.GetTerm() {
+				t.Fatalf("raw read of entry %v: index %d term %d, %v", e, raw.index, raw.term, err)
+			}
 			b, err := appendEntryRecord(nil, e)
 			if err != nil {
 				t.Fatalf("re-encode entry: %v", err)
