@@ -52,6 +52,11 @@ const (
 // is 0 (etcd's DefaultQuotaBytes).
 const DefaultQuotaBackendBytes int64 = 2 << 30
 
+// BadgerMinMemTableSize is the least backend.badger.mem-table-size: a
+// Badger update holds 15% of a memtable, and kvd commits up to 8 MiB in one
+// (100/15 of 8 MiB, rounded up to whole MiB).
+const BadgerMinMemTableSize = 54 << 20
+
 // Config is a member's whole configuration. Field comments give the YAML key's
 // meaning; the yaml tag is the key and, for fields with a flag, the flag name.
 type Config struct {

@@ -189,6 +189,7 @@ func TestValidateErrorsNameKey(t *testing.T) {
 		{"negative mmap", func(c *Config) { c.Backend.Bolt.InitialMmapSize = -1 }, []string{"backend.bolt.initial-mmap-size", "negative"}},
 		{"negative badger size", func(c *Config) { c.Backend.Badger.ValueLogFileSize = -5 }, []string{"backend.badger.value-log-file-size", "negative"}},
 		{"one compactor", func(c *Config) { c.Backend.Badger.NumCompactors = 1 }, []string{"backend.badger.num-compactors"}},
+		{"small memtable", func(c *Config) { c.Backend.Badger.MemTableSize = 32 << 20 }, []string{"backend.badger.mem-table-size", "33554432", "8 MiB"}},
 		{"bad cluster state", func(c *Config) { c.InitialClusterState = "old" }, []string{"initial-cluster-state", `"old"`}},
 		{"heartbeat >= election", func(c *Config) { c.HeartbeatInterval, c.ElectionTimeout = 1000, 1000 }, []string{"election-timeout", "heartbeat-interval"}},
 		{"election under 5 heartbeats", func(c *Config) { c.ElectionTimeout = 400 }, []string{"election-timeout", "5 times", "heartbeat-interval"}},

@@ -209,6 +209,9 @@ func (b Backend) validate() []error {
 			add(s.key, "%d is negative", s.n)
 		}
 	}
+	if n := b.Badger.MemTableSize; n > 0 && n < BadgerMinMemTableSize {
+		add("badger.mem-table-size", "%d is below %d: kvd commits up to 8 MiB in one Badger update, which holds 15%% of a memtable", n, int64(BadgerMinMemTableSize))
+	}
 	// Badger refuses exactly one compactor.
 	if b.Badger.NumCompactors < 0 || b.Badger.NumCompactors == 1 {
 		add("badger.num-compactors", "%d must be 0 (Badger's default) or at least 2", b.Badger.NumCompactors)

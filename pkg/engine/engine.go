@@ -52,12 +52,9 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 		})
 	case "badger":
 		be, err = badger.Open(opts, badger.Options{
-			Logger: lg.Named("badger"),
-			// The store's flushes stay under ~16 MiB (its 8 MiB buffer plus
-			// one applied batch); Badger's default memtable for 64 MiB
-			// updates is ~430 MiB, zeroed at open and heavy on the heap.
-			MaxUpdateBytes:   24 << 20,
-			MemTableSize:     c.Backend.Badger.MemTableSize,
+			Logger:           lg.Named("badger"),
+			MaxUpdateBytes:   badgerMaxUpdateBytes,
+			MemTableSize:     BadgerMemTableSize(c),
 			ValueLogFileSize: c.Backend.Badger.ValueLogFileSize,
 			NumCompactors:    c.Backend.Badger.NumCompactors,
 			ValueThreshold:   c.Backend.Badger.ValueThreshold,
@@ -68,6 +65,22 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 		return nil, fmt.Errorf("open %s backend in %s: %w", name, dir, err)
 	}
 	return be, nil
+}
+
+// badgerMaxUpdateBytes is the least a Badger update must hold: the MVCC
+// store commits its buffer at 8 MiB (mvcc.Options.BatchBytes) and writes
+// one that outgrew an update in parts of at most that (pkg/mvcc/split.go).
+// Badger's update limit is 15% of its memtable, so the memtable is at least
+// config.BadgerMinMemTableSize.
+const badgerMaxUpdateBytes = 8 << 20
+
+// BadgerMemTableSize is the memtable Badger runs with:
+// backend.badger.mem-table-size, or Badger's default (64 MiB) when unset.
+func BadgerMemTableSize(c *config.Config) int64 {
+	if n := c.Backend.Badger.MemTableSize; n > 0 {
+		return n
+	}
+	return 64 << 20
 }
 
 // Present lists the engines that have a backend directory under snapDir
@@ -96,8 +109,7 @@ var ErrNoSpace = errors.New("not enough disk space")
 // turns into a clean failure, so for it there is nothing to check. Badger
 // writes its memtable log through a memory map, where a full disk is a
 // SIGBUS that kills the process: it needs room for the data and for the
-// memtables the load fills on the way (two at most, each about 100/15 of
-// the 24 MiB update limit Open sets, or backend.badger.mem-table-size).
+// memtables the load fills on the way (two at most, BadgerMemTableSize).
 func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
 	if name != "badger" {
 		return nil
@@ -106,7 +118,7 @@ func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
 	if !ok {
 		return nil
 	}
-	memtable := max(int64(24<<20)*100/15, c.Backend.Badger.MemTableSize)
+	memtable := BadgerMemTableSize(c)
 	need := dataBytes + min(dataBytes, 2*memtable) + 16<<20
 	if free < need {
 		return fmt.Errorf("%w: %s has %s free; a badger copy of %s of data needs about %s", ErrNoSpace, dir,

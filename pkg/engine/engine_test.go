@@ -59,3 +59,19 @@ func TestCheckLoadSpace(t *testing.T) {
 		t.Errorf("a 1 KiB Badger load refused: %v", err)
 	}
 }
+
+// backend.badger.mem-table-size is the memtable Badger runs with, Badger's
+// 64 MiB when unset: kvd's update limit never raises it.
+func TestBadgerMemTableSize(t *testing.T) {
+	c := config.Default()
+	if got := BadgerMemTableSize(c); got != 64<<20 {
+		t.Errorf("default memtable %d, want 64 MiB", got)
+	}
+	c.Backend.Badger.MemTableSize = config.BadgerMinMemTableSize
+	if got := BadgerMemTableSize(c); got != config.BadgerMinMemTableSize {
+		t.Errorf("memtable %d, want the configured %d", got, int64(config.BadgerMinMemTableSize))
+	}
+	if (badgerMaxUpdateBytes*100+14)/15 > config.BadgerMinMemTableSize {
+		t.Errorf("the least memtable config accepts, %d, cannot hold an update of %d", int64(config.BadgerMinMemTableSize), badgerMaxUpdateBytes)
+	}
+}
