@@ -57,6 +57,13 @@ const DefaultQuotaBackendBytes int64 = 2 << 30
 // (100/15 of 8 MiB, rounded up to whole MiB).
 const BadgerMinMemTableSize = 54 << 20
 
+// BadgerDefaultMemTableSize is the memtable when
+// backend.badger.mem-table-size is unset. Badger's own default, 64 MiB,
+// flushes 2.5 times as often: in a run at 4 GiB of 1 KiB values it doubled
+// put and range p99 and raised RSS by a third (docs/benchmarks.md, "Up to
+// 4G").
+const BadgerDefaultMemTableSize = 160 << 20
+
 // Config is a member's whole configuration. Field comments give the YAML key's
 // meaning; the yaml tag is the key and, for fields with a flag, the flag name.
 type Config struct {

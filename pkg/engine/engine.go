@@ -75,12 +75,13 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 const badgerMaxUpdateBytes = 8 << 20
 
 // BadgerMemTableSize is the memtable Badger runs with:
-// backend.badger.mem-table-size, or Badger's default (64 MiB) when unset.
+// backend.badger.mem-table-size, or config.BadgerDefaultMemTableSize when
+// unset.
 func BadgerMemTableSize(c *config.Config) int64 {
 	if n := c.Backend.Badger.MemTableSize; n > 0 {
 		return n
 	}
-	return 64 << 20
+	return config.BadgerDefaultMemTableSize
 }
 
 // Present lists the engines that have a backend directory under snapDir

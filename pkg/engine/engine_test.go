@@ -61,11 +61,11 @@ func TestCheckLoadSpace(t *testing.T) {
 }
 
 // backend.badger.mem-table-size is the memtable Badger runs with, Badger's
-// 64 MiB when unset: kvd's update limit never raises it.
+// kvd's 160 MiB when unset: kvd's update limit never raises it.
 func TestBadgerMemTableSize(t *testing.T) {
 	c := config.Default()
-	if got := BadgerMemTableSize(c); got != 64<<20 {
-		t.Errorf("default memtable %d, want 64 MiB", got)
+	if got := BadgerMemTableSize(c); got != 160<<20 {
+		t.Errorf("default memtable %d, want 160 MiB", got)
 	}
 	c.Backend.Badger.MemTableSize = config.BadgerMinMemTableSize
 	if got := BadgerMemTableSize(c); got != config.BadgerMinMemTableSize {
