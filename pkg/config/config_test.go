@@ -190,6 +190,9 @@ func TestValidateErrorsNameKey(t *testing.T) {
 		{"negative badger size", func(c *Config) { c.Backend.Badger.ValueLogFileSize = -5 }, []string{"backend.badger.value-log-file-size", "negative"}},
 		{"one compactor", func(c *Config) { c.Backend.Badger.NumCompactors = 1 }, []string{"backend.badger.num-compactors"}},
 		{"small memtable", func(c *Config) { c.Backend.Badger.MemTableSize = 32 << 20 }, []string{"backend.badger.mem-table-size", "33554432", "8 MiB"}},
+		{"batch limit over a Badger update", func(c *Config) {
+			c.Backend.Engine, c.BackendBatchLimit = EngineBadger, 300000
+		}, []string{"backend-batch-limit", "300000", "262144"}},
 		{"bad cluster state", func(c *Config) { c.InitialClusterState = "old" }, []string{"initial-cluster-state", `"old"`}},
 		{"heartbeat >= election", func(c *Config) { c.HeartbeatInterval, c.ElectionTimeout = 1000, 1000 }, []string{"election-timeout", "heartbeat-interval"}},
 		{"election under 5 heartbeats", func(c *Config) { c.ElectionTimeout = 400 }, []string{"election-timeout", "5 times", "heartbeat-interval"}},
@@ -257,6 +260,13 @@ func TestValidateAccepts(t *testing.T) {
 			c.Tracing.Endpoint, c.Tracing.Protocol = "http://127.0.0.1:4318/v1/traces", "http/protobuf"
 		}},
 		{"derived fields left empty", func(c *Config) { c.DataDir, c.WALDir, c.InitialCluster = "", "", "" }},
+		{"big batch limit on bolt", func(c *Config) { c.BackendBatchLimit = 300000 }},
+		{"big batch limit on Badger with big memtables", func(c *Config) {
+			c.Backend.Engine, c.BackendBatchLimit, c.Backend.Badger.MemTableSize = EngineBadger, 300000, 256<<20
+		}},
+		{"Badger at the default batch limit with the least memtable", func(c *Config) {
+			c.Backend.Engine, c.Backend.Badger.MemTableSize = EngineBadger, BadgerMinMemTableSize
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
