@@ -313,13 +313,23 @@ type Bolt struct {
 	FreelistType string `yaml:"freelist-type"`
 }
 
-// Badger holds Badger's options. Zero values mean Badger's own defaults.
+// Badger holds Badger's options. Zero values mean Badger's own defaults,
+// but for the memtable (MemTableBytes).
 type Badger struct {
 	MemTableSize     int64 `yaml:"mem-table-size"`
 	ValueLogFileSize int64 `yaml:"value-log-file-size"`
 	ValueThreshold   int64 `yaml:"value-threshold"`
 	NumCompactors    int   `yaml:"num-compactors"`
 	BlockCacheSize   int64 `yaml:"block-cache-size"`
+}
+
+// MemTableBytes is the memtable Badger runs with: MemTableSize, or
+// BadgerDefaultMemTableSize when unset.
+func (b Badger) MemTableBytes() int64 {
+	if b.MemTableSize > 0 {
+		return b.MemTableSize
+	}
+	return BadgerDefaultMemTableSize
 }
 
 // Tracing configures OpenTelemetry export. The standard OTEL_* environment

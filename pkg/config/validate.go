@@ -108,10 +108,7 @@ func (c *Config) Validate() error {
 		// A Badger update holds 15% of a memtable, at most one write per
 		// 96 bytes of it (a skiplist node); a commit Badger refuses is
 		// written in parts of backend-batch-limit writes, which must fit.
-		memtable := v.Backend.Badger.MemTableSize
-		if memtable <= 0 {
-			memtable = BadgerDefaultMemTableSize
-		}
+		memtable := v.Backend.Badger.MemTableBytes()
 		if most := memtable * 15 / 100 / 96; int64(v.BackendBatchLimit) > most {
 			add("backend-batch-limit", "%d is more writes than one Badger update holds with %d-byte memtables (%d); raise backend.badger.mem-table-size or lower the limit", v.BackendBatchLimit, memtable, most)
 		}

@@ -54,7 +54,7 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 		be, err = badger.Open(opts, badger.Options{
 			Logger:           lg.Named("badger"),
 			MaxUpdateBytes:   badgerMaxUpdateBytes,
-			MemTableSize:     BadgerMemTableSize(c),
+			MemTableSize:     c.Backend.Badger.MemTableBytes(),
 			ValueLogFileSize: c.Backend.Badger.ValueLogFileSize,
 			NumCompactors:    c.Backend.Badger.NumCompactors,
 			ValueThreshold:   c.Backend.Badger.ValueThreshold,
@@ -73,16 +73,6 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 // Badger's update limit is 15% of its memtable, so the memtable is at least
 // config.BadgerMinMemTableSize.
 const badgerMaxUpdateBytes = 8 << 20
-
-// BadgerMemTableSize is the memtable Badger runs with:
-// backend.badger.mem-table-size, or config.BadgerDefaultMemTableSize when
-// unset.
-func BadgerMemTableSize(c *config.Config) int64 {
-	if n := c.Backend.Badger.MemTableSize; n > 0 {
-		return n
-	}
-	return config.BadgerDefaultMemTableSize
-}
 
 // Present lists the engines that have a backend directory under snapDir
 // (<data-dir>/member/snap), in Names order.
@@ -110,7 +100,7 @@ var ErrNoSpace = errors.New("not enough disk space")
 // turns into a clean failure, so for it there is nothing to check. Badger
 // writes its memtable log through a memory map, where a full disk is a
 // SIGBUS that kills the process: it needs room for the data and for the
-// memtables the load fills on the way (two at most, BadgerMemTableSize).
+// memtables the load fills on the way (two at most, config.Badger.MemTableBytes).
 func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
 	if name != "badger" {
 		return nil
@@ -119,7 +109,7 @@ func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
 	if !ok {
 		return nil
 	}
-	memtable := BadgerMemTableSize(c)
+	memtable := c.Backend.Badger.MemTableBytes()
 	need := dataBytes + min(dataBytes, 2*memtable) + 16<<20
 	if free < need {
 		return fmt.Errorf("%w: %s has %s free; a badger copy of %s of data needs about %s", ErrNoSpace, dir,

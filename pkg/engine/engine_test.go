@@ -64,11 +64,11 @@ func TestCheckLoadSpace(t *testing.T) {
 // kvd's 160 MiB when unset: kvd's update limit never raises it.
 func TestBadgerMemTableSize(t *testing.T) {
 	c := config.Default()
-	if got := BadgerMemTableSize(c); got != 160<<20 {
+	if got := c.Backend.Badger.MemTableBytes(); got != 160<<20 {
 		t.Errorf("default memtable %d, want 160 MiB", got)
 	}
 	c.Backend.Badger.MemTableSize = config.BadgerMinMemTableSize
-	if got := BadgerMemTableSize(c); got != config.BadgerMinMemTableSize {
+	if got := c.Backend.Badger.MemTableBytes(); got != config.BadgerMinMemTableSize {
 		t.Errorf("memtable %d, want the configured %d", got, int64(config.BadgerMinMemTableSize))
 	}
 	if (badgerMaxUpdateBytes*100+14)/15 > config.BadgerMinMemTableSize {

@@ -110,16 +110,11 @@ func deleteAll(ts *testStore) {
 
 func (ts *testStore) hasSplitMark() bool {
 	ts.t.Helper()
-	tx, err := ts.be.ReadTx()
+	v, err := ts.readMeta(metaSplitCommit)
 	if err != nil {
 		ts.t.Fatal(err)
 	}
-	defer tx.Release()
-	_, ok, err := tx.Get(backend.Meta, metaSplitCommit)
-	if err != nil {
-		ts.t.Fatal(err)
-	}
-	return ok
+	return v != nil
 }
 
 func sameStores(t *testing.T, what string, a, b *testStore) {
