@@ -34,6 +34,9 @@ import (
 type Raft interface {
 	ID() uint64
 	Propose(ctx context.Context, data []byte) error
+	// ReadIndex fails with an error wrapping context.DeadlineExceeded
+	// when raft has not answered within the request timeout (the round's
+	// timeout, shared by its callers: none pays for a timer of its own).
 	ReadIndex(ctx context.Context) (uint64, error)
 	Term() uint64
 	Leader() uint64
@@ -300,23 +303,17 @@ func (s *Server) count(c apply.Counter) {
 	}
 }
 
-// errReadIndexTimeout is the cause of a read index round that ran out of
-// the request timeout.
-var errReadIndexTimeout = errors.New("read index timed out")
-
 // linearize waits until this member has applied everything committed before
 // the call: a read after it is linearizable.
 func (s *Server) linearize(ctx context.Context) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errReadIndexTimeout)
-	defer cancel()
 	ctx, span := s.span(ctx, "raft.readindex")
 	defer span.End()
 	idx, err := s.Raft.ReadIndex(ctx)
 	if err != nil {
 		s.count(s.ReadIndexesFailed)
-		if errors.Is(context.Cause(ctx), errReadIndexTimeout) {
-			// As etcd, whose read index round gives up after the
-			// request timeout (not the caller's own deadline).
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The round outlived the request timeout (not the caller's
+			// own deadline): as etcd, whose read loop gives up then.
 			s.Logger.Warn("timed out waiting for read index response (local node might have slow network)",
 				zap.Duration("timeout", s.cfg.RequestTimeout))
 			s.count(s.SlowReadIndexes)

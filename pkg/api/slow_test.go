@@ -19,13 +19,16 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
+	"github.com/kvd-dev/kvd/pkg/raftnode"
 )
 
 // readRaft is member 1's raft as far as reads go: a read index round
-// answers 0 at once, or, if hang, never (until its context ends).
+// answers 0 at once, or, if hang, fails after the request timeout as
+// raftnode's rounds do (or when its context ends).
 type readRaft struct {
 	Raft
-	hang bool
+	hang    bool
+	timeout time.Duration
 }
 
 func (r *readRaft) ID() uint64     { return 1 }
@@ -35,8 +38,12 @@ func (r *readRaft) ReadIndex(ctx context.Context) (uint64, error) {
 	if !r.hang {
 		return 0, nil
 	}
-	<-ctx.Done()
-	return 0, ctx.Err()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(r.timeout):
+		return 0, raftnode.ErrReadIndexTimeout
+	}
 }
 
 type slowFixture struct {
@@ -62,6 +69,7 @@ func newSlowFixture(t *testing.T, limit, requestTimeout time.Duration, r *readRa
 	}); err != nil {
 		t.Fatal(err)
 	}
+	r.timeout = requestTimeout
 	core, logs := observer.New(zapcore.WarnLevel)
 	f := slowFixture{
 		logs:      logs,

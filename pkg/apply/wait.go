@@ -126,7 +126,7 @@ func (a *Applied) publish(index uint64) {
 
 // Wait returns once the applied index reaches index.
 func (a *Applied) Wait(ctx context.Context, index uint64) error {
-	for {
+	for a.index.Load() < index {
 		a.mu.Lock()
 		ch := a.next
 		a.mu.Unlock()
@@ -139,6 +139,7 @@ func (a *Applied) Wait(ctx context.Context, index uint64) error {
 			return ctx.Err()
 		}
 	}
+	return nil
 }
 
 // Len is the number of proposals waiting for their result (etcd's

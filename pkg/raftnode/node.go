@@ -50,6 +50,10 @@ type Config struct {
 	Log     *raftlog.Log
 	Logger  *zap.Logger
 	Tracer  trace.Tracer
+	// ReadIndexTimeout, when positive, ends a read index round raft has
+	// not answered in that time: its callers get ErrReadIndexTimeout (the
+	// API's request timeout, as etcd's read loop gives up after it).
+	ReadIndexTimeout time.Duration
 	// Send delivers messages to other members; nil for a single member.
 	Send func([]*raftpb.Message)
 }
@@ -72,16 +76,29 @@ type confRequest struct {
 	reply chan *raftpb.ConfState
 }
 
-type readWaiter struct {
-	ctx   context.Context
-	reply chan uint64
-}
-
-// readBatch is the callers sharing one read index request.
-type readBatch struct {
-	waiters []readWaiter
+// readRound is the callers sharing one read index request. They wait for
+// done to close, then read index or err; a caller that gives up counts
+// itself out of waiters. No per-caller channel or driver message: a round
+// costs one allocation however many callers join it.
+type readRound struct {
+	done    chan struct{}
+	index   uint64
+	err     error
+	waiters atomic.Int64
+	started time.Time // when the driver first handed it to raft
 	sent    time.Time // when its request was last handed to raft
 }
+
+// answer ends the round (driver goroutine).
+func (r *readRound) answer(index uint64, err error) {
+	r.index, r.err = index, err
+	close(r.done)
+}
+
+// ErrReadIndexTimeout is the error of callers whose read index round raft
+// did not answer within Config.ReadIndexTimeout. It wraps
+// context.DeadlineExceeded.
+var ErrReadIndexTimeout = fmt.Errorf("read index timed out: %w", context.DeadlineExceeded)
 
 // ReadIndexRetry is how long a read index request waits for raft's answer
 // before it is sent again (etcd's readIndexRetryTime). Raft drops a request
@@ -102,10 +119,14 @@ type Node struct {
 	// stalled writer or applier cannot stall raft, and their mailboxes are
 	// bounded by raft's own flow control instead of by blocking.
 	//
-	// propc, readc: channels of 1024; callers wait when full.
-	propc chan proposal
-	readc chan readWaiter
-	confc chan confRequest
+	// propc: a channel of 1024; callers wait when full. Readers join
+	// nextRead (under readMu) and the first of a round wakes the driver
+	// through readKick.
+	propc    chan proposal
+	readMu   sync.Mutex
+	nextRead *readRound
+	readKick chan struct{}
+	confc    chan confRequest
 	// stepc: peers' messages and the storage threads' responses. The driver
 	// empties it every turn and no turn waits for another actor, so it holds
 	// what arrives during one turn (peers are held to MaxInflightMsgs
@@ -147,11 +168,11 @@ type Node struct {
 	// in proposal order: raft appends their entries in that order.
 	pendingTraces []context.Context
 	readSeq       uint64
-	readers       map[uint64]*readBatch
-	// readWaiters counts the callers in readers, for tests and metrics.
+	readers       map[uint64]*readRound
+	// readWaiters counts the callers in ReadIndex, for tests and metrics.
 	readWaiters atomic.Int64
-	// readCheck is when readers were last swept for ended contexts and
-	// unanswered requests.
+	// readCheck is when readers were last swept for abandoned rounds,
+	// timeouts and unanswered requests.
 	readCheck time.Time
 	// soleVoter is set when the configuration makes this member the only
 	// voter; it then campaigns at once instead of after an election timeout.
@@ -164,9 +185,8 @@ type Node struct {
 	// the leader holds such proposals until raft's applied index reaches
 	// lastConf, the last conf-change entry it appended (or its first entry
 	// as leader, as raft's own rule).
-	lastConf     uint64
-	heldConf     []func() error
-	waitingReads []readWaiter
+	lastConf uint64
+	heldConf []func() error
 
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -216,18 +236,18 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{
-		cfg:     cfg,
-		lg:      lg,
-		rn:      rn,
-		propc:   make(chan proposal, 1024),
-		readc:   make(chan readWaiter, 1024),
-		confc:   make(chan confRequest),
-		stepc:   actors.NewInbox[*raftpb.Message](),
-		ctlc:    actors.NewInbox[func()](),
-		Appends: actors.NewInbox[Append](),
-		Applies: actors.NewInbox[*raftpb.Message](),
-		readers: make(map[uint64]*readBatch),
-		stopped: make(chan struct{}),
+		cfg:      cfg,
+		lg:       lg,
+		rn:       rn,
+		propc:    make(chan proposal, 1024),
+		readKick: make(chan struct{}, 1),
+		confc:    make(chan confRequest),
+		stepc:    actors.NewInbox[*raftpb.Message](),
+		ctlc:     actors.NewInbox[func()](),
+		Appends:  actors.NewInbox[Append](),
+		Applies:  actors.NewInbox[*raftpb.Message](),
+		readers:  make(map[uint64]*readRound),
+		stopped:  make(chan struct{}),
 		// etcd's: twice the heartbeat interval.
 		heartbeats: newHeartbeatWatch(2 * time.Duration(cfg.HeartbeatTicks) * cfg.TickInterval),
 	}
@@ -287,18 +307,31 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // ReadIndex returns an index such that a read served once the applied index
 // reaches it is linearizable. Concurrent callers share one raft round.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
-	w := readWaiter{ctx: ctx, reply: make(chan uint64, 1)}
-	select {
-	case n.readc <- w:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-n.stopped:
-		return 0, ErrStopped
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n.readWaiters.Add(1)
+	defer n.readWaiters.Add(-1)
+	n.readMu.Lock()
+	r := n.nextRead
+	first := r == nil
+	if first {
+		r = &readRound{done: make(chan struct{})}
+		n.nextRead = r
+	}
+	r.waiters.Add(1)
+	n.readMu.Unlock()
+	if first {
+		select {
+		case n.readKick <- struct{}{}:
+		default: // the driver is woken already; it takes the round then
+		}
 	}
 	select {
-	case idx := <-w.reply:
-		return idx, nil
+	case <-r.done:
+		return r.index, r.err
 	case <-ctx.Done():
+		r.waiters.Add(-1)
 		return 0, ctx.Err()
 	case <-n.stopped:
 		return 0, ErrStopped
@@ -369,14 +402,8 @@ func (n *Node) Run(ctx context.Context) error {
 			for _, f := range n.ctlc.Take() {
 				f()
 			}
-		case w := <-n.readc:
-			n.waitingReads = append(n.waitingReads, w)
-			n.waitingReads = actors.Drain(n.readc, n.waitingReads, 4096)
-			n.readSeq++
-			n.readers[n.readSeq] = &readBatch{waiters: n.waitingReads, sent: time.Now()}
-			n.readWaiters.Add(int64(len(n.waitingReads)))
-			n.waitingReads = nil
-			n.sendReadIndex(n.readSeq)
+		case <-n.readKick:
+			n.startReadRound()
 		case r := <-n.confc:
 			cs := n.rn.ApplyConfChange(r.cc)
 			r.reply <- cs
@@ -578,11 +605,38 @@ func (n *Node) QueueLengths() Queues {
 	return Queues{
 		Step:    n.stepc.Len(),
 		Propose: len(n.propc),
-		Read:    len(n.readc),
+		Read:    n.queuedReads(),
 		Control: n.ctlc.Len(),
 		Appends: n.Appends.Len(),
 		Applies: n.Applies.Len(),
 	}
+}
+
+// startReadRound hands the round readers joined to raft; later callers
+// join a new one.
+func (n *Node) startReadRound() {
+	n.readMu.Lock()
+	r := n.nextRead
+	n.nextRead = nil
+	n.readMu.Unlock()
+	if r == nil {
+		return
+	}
+	n.readSeq++
+	r.started = time.Now()
+	r.sent = r.started
+	n.readers[n.readSeq] = r
+	n.sendReadIndex(n.readSeq)
+}
+
+// queuedReads is how many callers wait for the driver to start their round.
+func (n *Node) queuedReads() int {
+	n.readMu.Lock()
+	defer n.readMu.Unlock()
+	if n.nextRead == nil {
+		return 0
+	}
+	return int(n.nextRead.waiters.Load())
 }
 
 func (n *Node) sendReadIndex(seq uint64) {
@@ -599,43 +653,35 @@ func (n *Node) answerReads(rs raft.ReadState) {
 	// The index answers every batch requested before this one too (raft
 	// read it after they were made), so a retried request answers all
 	// older batches at once.
-	for s, b := range n.readers {
+	for s, r := range n.readers {
 		if s > seq {
 			continue
 		}
-		// Counted out before the replies, so a caller that got its index
-		// never sees itself still pending.
-		n.readWaiters.Add(-int64(len(b.waiters)))
-		for _, w := range b.waiters {
-			w.reply <- rs.Index
-		}
+		r.answer(rs.Index, nil)
 		delete(n.readers, s)
 	}
 }
 
 // sweepReads runs at every tick, acting at most every ReadIndexRetry/5:
-// it forgets callers whose context ended, so readers holds only callers
-// still waiting however long raft stays silent (a partition), and sends the
-// newest unanswered request again once it has waited ReadIndexRetry. The
-// newest alone: its answer answers every older batch too, so a partition
-// costs one request per ReadIndexRetry, not one per batch.
+// it forgets rounds every caller gave up on, so readers holds only rounds
+// someone waits for however long raft stays silent (a partition), ends
+// rounds older than ReadIndexTimeout, and sends the newest unanswered
+// request again once it has waited ReadIndexRetry. The newest alone: its
+// answer answers every older round too, so a partition costs one request
+// per ReadIndexRetry, not one per round.
 func (n *Node) sweepReads(now time.Time) {
 	if len(n.readers) == 0 || now.Sub(n.readCheck) < ReadIndexRetry/5 {
 		return
 	}
 	n.readCheck = now
 	var newest uint64
-	for s, b := range n.readers {
-		live := b.waiters[:0]
-		for _, w := range b.waiters {
-			if w.ctx.Err() == nil {
-				live = append(live, w)
-			}
-		}
-		clear(b.waiters[len(live):])
-		n.readWaiters.Add(int64(len(live) - len(b.waiters)))
-		b.waiters = live
-		if len(live) == 0 {
+	for s, r := range n.readers {
+		switch {
+		case r.waiters.Load() == 0:
+			delete(n.readers, s)
+			continue
+		case n.cfg.ReadIndexTimeout > 0 && now.Sub(r.started) >= n.cfg.ReadIndexTimeout:
+			r.answer(0, ErrReadIndexTimeout)
 			delete(n.readers, s)
 			continue
 		}

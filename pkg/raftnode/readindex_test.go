@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,12 +35,18 @@ func (p *pair) send(msgs []*raftpb.Message) {
 
 func (p *pair) start(t *testing.T, id uint64) *Node {
 	t.Helper()
+	return p.startWith(t, id, 0)
+}
+
+// startWith starts member id with a read index timeout.
+func (p *pair) startWith(t *testing.T, id uint64, readTimeout time.Duration) *Node {
+	t.Helper()
 	l, err := raftlog.Open(raftlog.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n, err := New(Config{ID: id, Peers: []raft.Peer{{ID: 1}, {ID: 2}}, TickInterval: 10 * time.Millisecond,
-		ElectionTicks: 10, HeartbeatTicks: 1, Log: l, Logger: zap.NewNop(), Send: p.send})
+		ElectionTicks: 10, HeartbeatTicks: 1, Log: l, Logger: zap.NewNop(), Send: p.send, ReadIndexTimeout: readTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +147,8 @@ func TestReadIndexWaitersForgottenWhenContextsEnd(t *testing.T) {
 	lcancel()
 	<-ldone
 	waitFor(t, "every reader forgotten", func() bool { return n1.PendingReads() == 0 })
+	// The sweep drops the rounds nobody waits for: no retries for them.
+	waitFor(t, "abandoned rounds dropped", func() bool { return n1.openRounds() == 0 })
 	// Raft's drops do not bring them back, and a new reader is served
 	// normally once a leader exists.
 	p.start(t, 2)
@@ -151,4 +160,102 @@ func TestReadIndexWaitersForgottenWhenContextsEnd(t *testing.T) {
 	if got := n1.PendingReads(); got != 0 {
 		t.Fatalf("%d readers still pending", got)
 	}
+}
+
+// TestReadIndexRoundTimesOut: a round raft does not answer (no leader)
+// ends after ReadIndexTimeout for every caller in it, long before their own
+// deadlines, with an error that is context.DeadlineExceeded; the caller's
+// context is not what ended it.
+func TestReadIndexRoundTimesOut(t *testing.T) {
+	var p pair
+	defer p.stop(t)
+	n1 := p.startWith(t, 1, 300*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const callers = 50
+	errs := make(chan error, callers)
+	started := time.Now()
+	for i := 0; i < callers; i++ {
+		go func() {
+			_, err := n1.ReadIndex(ctx)
+			errs <- err
+		}()
+	}
+	for i := 0; i < callers; i++ {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrReadIndexTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("caller %d: %v, want %v", i, err, ErrReadIndexTimeout)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d callers timed out", i, callers)
+		}
+	}
+	if d := time.Since(started); d < 300*time.Millisecond {
+		t.Fatalf("round ended after %v, before its timeout", d)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the callers' own deadline passed")
+	}
+	if got := n1.PendingReads(); got != 0 {
+		t.Fatalf("%d readers still pending", got)
+	}
+}
+
+// TestReadIndexConcurrentCallersShareRounds: many callers at once all get
+// an index at least the commit index before they called, in fewer rounds
+// than callers.
+func TestReadIndexConcurrentCallersShareRounds(t *testing.T) {
+	var p pair
+	defer p.stop(t)
+	n1 := p.start(t, 1)
+	p.start(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := n1.ReadIndex(ctx); err != nil {
+		t.Fatalf("first read index: %v", err)
+	}
+	before := n1.CommitIndex()
+	seq := n1.readRounds()
+	const callers = 500
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idx, err := n1.ReadIndex(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if idx < before {
+				t.Errorf("read index %d below the commit index %d before the call", idx, before)
+			}
+		}()
+	}
+	wg.Wait()
+	if rounds := n1.readRounds() - seq; rounds >= callers {
+		t.Errorf("%d callers took %d rounds", callers, rounds)
+	} else {
+		t.Logf("%d callers, %d rounds", callers, rounds)
+	}
+}
+
+// readRounds is how many read index rounds the driver has started.
+func (n *Node) readRounds() uint64 {
+	var seq uint64
+	if err := n.do(context.Background(), func() { seq = n.readSeq }); err != nil {
+		panic(err)
+	}
+	return seq
+}
+
+// openRounds is how many started read index rounds are unanswered.
+func (n *Node) openRounds() int {
+	var open int
+	if err := n.do(context.Background(), func() { open = len(n.readers) }); err != nil {
+		panic(err)
+	}
+	return open
 }

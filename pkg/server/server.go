@@ -201,10 +201,13 @@ func newRaftNode(c *config.Config, l *raftlog.Log, st *mvcc.Store, cl *membershi
 		ElectionTicks:  c.ElectionTicks(),
 		HeartbeatTicks: 1,
 		PreVote:        c.PreVote,
-		Log:            l,
-		Logger:         lg,
-		Tracer:         tr,
-		Send:           link.Send,
+		// The API's request timeout ends a read index round, as etcd's
+		// read loop: its callers share one deadline instead of a timer each.
+		ReadIndexTimeout: requestTimeout(c),
+		Log:              l,
+		Logger:           lg,
+		Tracer:           tr,
+		Send:             link.Send,
 	})
 }
 
@@ -244,7 +247,7 @@ func newAPI(lc fx.Lifecycle, c *config.Config, n *raftnode.Node, st *mvcc.Store,
 	s := api.New(api.Config{
 		MaxTxnOps:       int(c.MaxTxnOps),
 		MaxRequestBytes: int(c.MaxRequestBytes),
-		RequestTimeout:  5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond,
+		RequestTimeout:  requestTimeout(c),
 		ElectionTimeout: time.Duration(c.ElectionTimeout) * time.Millisecond,
 		QuotaBytes:      c.QuotaBytes(),
 		Version:         Version,
@@ -554,4 +557,10 @@ func listen(flag string, u url.URL) (net.Listener, error) {
 		return nil, fmt.Errorf("%s: listen on %s: %w", flag, u.Host, err)
 	}
 	return ln, nil
+}
+
+// requestTimeout bounds a request's wait for raft, as etcd's ReqTimeout:
+// 5 s plus two election timeouts.
+func requestTimeout(c *config.Config) time.Duration {
+	return 5*time.Second + 2*time.Duration(c.ElectionTimeout)*time.Millisecond
 }
