@@ -29,6 +29,10 @@ type Index struct {
 	// live counts the keys whose last generation is not ended: put and
 	// not deleted since. Written under mu; Live reads it without.
 	live atomic.Int64
+	// pivot is the search item of writers, who hold mu exclusively: a
+	// lookup's item escapes to the heap (the tree's less function is a
+	// closure), and the write path should not allocate one per Put.
+	pivot keyIndex
 }
 
 // New returns an empty index.
@@ -49,12 +53,25 @@ func (ti *Index) lookup(key []byte) *keyIndex {
 	return ki
 }
 
+// lookupLocked is lookup for a caller holding mu exclusively.
+func (ti *Index) lookupLocked(key []byte) *keyIndex {
+	ti.pivot.key = key
+	ki, ok := ti.tree.Get(&ti.pivot)
+	ti.pivot.key = nil
+	if !ok {
+		return nil
+	}
+	return ki
+}
+
 // Put records a put of key at rev. rev must be greater than every revision
-// of key already in the index.
-func (ti *Index) Put(key []byte, rev Revision) {
+// of key already in the index. It returns the revision that created the
+// key's generation and the key's version, both as of this put: one walk of
+// the tree where a Get before the Put would take two.
+func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	ki := ti.lookup(key)
+	ki := ti.lookupLocked(key)
 	if ki == nil {
 		ki = newKeyIndex(bytes.Clone(key))
 		ti.tree.ReplaceOrInsert(ki)
@@ -63,6 +80,8 @@ func (ti *Index) Put(key []byte, rev Revision) {
 		ti.live.Add(1)
 	}
 	ki.put(rev)
+	g := &ki.generations[len(ki.generations)-1]
+	return g.created, g.ver
 }
 
 // Tombstone records a delete of key at rev, ending its current generation.
@@ -70,7 +89,7 @@ func (ti *Index) Put(key []byte, rev Revision) {
 func (ti *Index) Tombstone(key []byte, rev Revision) error {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	ki := ti.lookup(key)
+	ki := ti.lookupLocked(key)
 	if ki == nil {
 		return ErrRevisionNotFound
 	}
@@ -88,7 +107,7 @@ func (ti *Index) Tombstone(key []byte, rev Revision) error {
 func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	if ki := ti.lookup(key); ki != nil {
+	if ki := ti.lookupLocked(key); ki != nil {
 		if !ki.isLive() {
 			ti.live.Add(1)
 		}
@@ -108,7 +127,7 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	if ki := ti.lookup(key); ki != nil {
+	if ki := ti.lookupLocked(key); ki != nil {
 		// ErrRevisionNotFound: already deleted; nothing to end.
 		if ki.tombstone(rev) == nil {
 			ti.live.Add(-1)

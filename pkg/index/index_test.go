@@ -358,3 +358,40 @@ func TestIndexRestoreTombstone(t *testing.T) {
 		t.Fatalf("Compact(8) = %v (len %d), want {7} and only a left", avail, ti.Len())
 	}
 }
+
+// Put answers the key's create revision and version as of the put, the
+// same as a Get at the put's revision afterwards: a new key, later puts, a
+// new generation after a delete, and a key restored with compacted history.
+func TestIndexPutReturnsGeneration(t *testing.T) {
+	ti := New()
+	ti.Restore(bs("old"), r(2), r(4), 3)
+	for _, tc := range []struct {
+		op      string
+		key     string
+		rev     Revision
+		created int64
+		ver     int64
+	}{
+		{"put", "a", r(5), 5, 1},
+		{"put", "a", Revision{Main: 6, Sub: 1}, 5, 2},
+		{"put", "a", r(7), 5, 3},
+		{"del", "a", r(8), 0, 0},
+		{"put", "a", r(9), 9, 1},
+		{"put", "old", r(10), 2, 4},
+	} {
+		if tc.op == "del" {
+			if err := ti.Tombstone(bs(tc.key), tc.rev); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		created, ver := ti.Put(bs(tc.key), tc.rev)
+		if created.Main != tc.created || ver != tc.ver {
+			t.Fatalf("put %s at %v: created %v version %d, want %d and %d", tc.key, tc.rev, created, ver, tc.created, tc.ver)
+		}
+		_, gc, gv, err := ti.Get(bs(tc.key), tc.rev.Main)
+		if err != nil || gc != created || gv != ver {
+			t.Fatalf("get %s at %d: created %v version %d (%v), put said %v and %d", tc.key, tc.rev.Main, gc, gv, err, created, ver)
+		}
+	}
+}

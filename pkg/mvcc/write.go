@@ -231,21 +231,17 @@ func (t *TxnWrite) Put(key, value []byte, lease int64) int64 {
 	t.n.puts++
 	t.n.putBytes += uint64(len(key) + len(value))
 	rev := t.beginRev + 1
-	created, ver := rev, int64(0)
-	if _, c, v, err := t.b.s.idx.Get(key, rev); err == nil {
-		created, ver = c.Main, v
-	}
 	idxRev := index.Revision{Main: rev, Sub: int64(len(t.events))}
+	created, ver := t.b.s.idx.Put(key, idxRev)
 	kv := &mvccpb.KeyValue{
 		Key:            key,
 		Value:          value,
-		CreateRevision: created,
+		CreateRevision: created.Main,
 		ModRevision:    rev,
-		Version:        ver + 1,
+		Version:        ver,
 		Lease:          lease,
 	}
 	t.b.putRev(idxRev, false, marshalKV(kv))
-	t.b.s.idx.Put(key, idxRev)
 	t.events = append(t.events, &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: kv})
 	return rev
 }
