@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -13,15 +12,16 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/rpcmetrics"
 )
 
-// grpcMetrics are the client gRPC server's metrics, from the middleware
-// etcd v3.7.3 uses (v3rpc/grpc.go): grpc_server_started_total,
+// grpcMetrics are the client gRPC server's metrics, those of the middleware
+// etcd v3.7.3 uses (v3rpc/grpc.go; pkg/rpcmetrics counts them): grpc_server_started_total,
 // grpc_server_handled_total, grpc_server_msg_received_total and
 // grpc_server_msg_sent_total, by service and method (and code for
 // handled); with metrics: extensive also grpc_server_handling_seconds.
 type grpcMetrics struct {
-	server *grpcprom.ServerMetrics
+	server *rpcmetrics.Metrics
 	// codec counts the client messages' bytes
 	// (etcd_network_client_grpc_{sent,received}_bytes_total).
 	codec *countingCodec
@@ -30,13 +30,9 @@ type grpcMetrics struct {
 }
 
 func newGRPCMetrics(c *config.Config) *grpcMetrics {
-	var opts []grpcprom.ServerMetricsOption
-	if c.Metrics == config.MetricsExtensive {
-		// The middleware's default buckets, as etcd.
-		opts = append(opts, grpcprom.WithServerHandlingTimeHistogram())
-	}
 	m := &grpcMetrics{
-		server:   grpcprom.NewServerMetrics(opts...),
+		// The handling time histogram with metrics: extensive, as etcd.
+		server:   rpcmetrics.New(c.Metrics == config.MetricsExtensive),
 		codec:    &countingCodec{base: encoding.GetCodecV2(proto.Name)},
 		requests: newClientRequests(),
 	}
@@ -137,7 +133,7 @@ func (c *clientRequests) Inc(stream bool, version string) {
 func grpcMetricsOptions(mt *Metrics) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(mt.grpc.codec),
-		grpc.ChainUnaryInterceptor(mt.grpc.server.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(mt.grpc.server.StreamServerInterceptor()),
+		grpc.ChainUnaryInterceptor(mt.grpc.server.Unary),
+		grpc.ChainStreamInterceptor(mt.grpc.server.Stream),
 	}
 }

@@ -410,7 +410,7 @@ func serveClients(lc fx.Lifecycle, c *config.Config, s *api.Server, a *Actors, m
 	gws.le.Register(g) // etcd's v3lock and v3election services
 	// Every method's counters start at 0, as etcd's InitializeMetrics
 	// makes them, so the families are there before any traffic.
-	mt.grpc.server.InitializeMetrics(g)
+	mt.grpc.server.Initialize(g)
 	certAuth := c.ClientTLS.ClientCertAuth
 	hsrv := &http.Server{Handler: gws.handler(base, false, certAuth, s.Auth.Enabled), ReadHeaderTimeout: 10 * time.Second}
 	hsrvTLS := &http.Server{Handler: gws.handler(base, true, certAuth, s.Auth.Enabled), ReadHeaderTimeout: 10 * time.Second,
