@@ -155,6 +155,8 @@ type Server struct {
 	slow apply.SlowLog
 	// defrags counts the Defragment calls in progress.
 	defrags atomic.Int32
+	// timeouts end proposals that outlive the request timeout.
+	timeouts sharedTimeouts
 }
 
 // Defragmenting reports whether a Defragment is in progress
@@ -186,7 +188,7 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.ElectionTimeout <= 0 {
 		cfg.ElectionTimeout = time.Second
 	}
-	s := &Server{cfg: cfg, Deps: d, tracing: tracing}
+	s := &Server{cfg: cfg, Deps: d, tracing: tracing, timeouts: sharedTimeouts{timeout: cfg.RequestTimeout}}
 	s.slow = apply.SlowLog{Logger: d.Logger, Limit: cfg.WarningApplyDuration, Slow: d.SlowReads}
 	s.leader.creds = d.LeaderCreds
 	s.ids.init(d.Raft.ID(), time.Now())
@@ -265,9 +267,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	if len(data) > s.cfg.MaxRequestBytes {
 		return apply.Result{}, rpctypes.ErrGRPCRequestTooLarge
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-
+	expired := s.timeouts.expiry()
 	cctx, commit := s.span(ctx, "raft.commit")
 	pctx, pspan := s.span(ctx, "raft.propose")
 	var proposal context.Context
@@ -289,11 +289,14 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	case res := <-ch:
 		return res, nil
 	case <-ctx.Done():
-		s.Registry.Cancel(id)
-		commit.End()
-		s.count(s.ProposalsFailed)
-		return apply.Result{}, s.raftErr(ctx, ctx.Err())
+		err = ctx.Err()
+	case <-expired:
+		err = context.DeadlineExceeded
 	}
+	s.Registry.Cancel(id)
+	commit.End()
+	s.count(s.ProposalsFailed)
+	return apply.Result{}, s.raftErr(ctx, err)
 }
 
 // count increments c if it is set.

@@ -65,6 +65,10 @@ type Append struct {
 	Traces []context.Context
 }
 
+// errcPool holds proposals' answer channels: one per proposal would be an
+// allocation per request. A channel goes back only once its answer is read.
+var errcPool = sync.Pool{New: func() any { return make(chan error, 1) }}
+
 type proposal struct {
 	ctx  context.Context
 	data []byte
@@ -286,16 +290,19 @@ func (n *Node) Step(msgs ...*raftpb.Message) { n.stepc.Put(msgs...) }
 // Propose hands data to raft. It returns once raft accepted or refused it
 // (raft.ErrProposalDropped when there is no leader), not when it commits.
 func (n *Node) Propose(ctx context.Context, data []byte) error {
-	p := proposal{ctx: ctx, data: data, errc: make(chan error, 1)}
+	p := proposal{ctx: ctx, data: data, errc: errcPool.Get().(chan error)}
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
+		errcPool.Put(p.errc)
 		return ctx.Err()
 	case <-n.stopped:
 		return ErrStopped
 	}
 	select {
 	case err := <-p.errc:
+		// The driver answers once: the channel is empty again.
+		errcPool.Put(p.errc)
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
