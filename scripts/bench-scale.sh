@@ -8,7 +8,10 @@
 #     connections; tools/bench has no fixed-rate mode for put and range), for
 #     --duration after --warmup. The puts overwrite random keys of the filled
 #     key space (1 KiB values); the range reads one filled key.
-#   - RSS: VmRSS of /proc/PID/status right after the load.
+#   - RSS: VmRSS of /proc/PID/status right after the load, and its parts
+#     RssAnon (heap, stacks: memory the process owns) and RssFile (mapped
+#     files' pages: page cache the kernel can drop, as Badger's SSTs and
+#     bolt's file).
 #   - db size: dbSize of etcdctl endpoint status, after the fill and after
 #     the load.
 #   - restart time: SIGTERM, wait for the exit, start again on the same data
@@ -239,14 +242,14 @@ wait_serving() {
 }
 
 # The figures of a run, in JSON and table order.
-fields=(db_size_bytes db_size_after_load_bytes fill_seconds fill_rps put_rps put_p99_ms range_rps range_p99_ms rss_bytes restart_seconds catchup_seconds)
+fields=(db_size_bytes db_size_after_load_bytes fill_seconds fill_rps put_rps put_p99_ms range_rps range_p99_ms rss_bytes rss_anon_bytes rss_file_bytes restart_seconds catchup_seconds)
 # The steps, each covering some fields: a failed step fails them.
 declare -A step_fields=(
 	[start]="${fields[*]}"
 	[fill]="${fields[*]}"
 	[put]="put_rps put_p99_ms"
 	[range]="range_rps range_p99_ms"
-	[rss]="rss_bytes db_size_after_load_bytes"
+	[rss]="rss_bytes rss_anon_bytes rss_file_bytes db_size_after_load_bytes"
 	[restart]="restart_seconds catchup_seconds"
 	[catchup]="catchup_seconds"
 )
@@ -319,6 +322,8 @@ one() {
 		load_run range range --key fill/00000001 --consistency l
 		if kill -0 "$pid1" 2>/dev/null; then
 			cur[rss_bytes]=$(awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid1/status")
+			cur[rss_anon_bytes]=$(awk '/^RssAnon:/ { print $2 * 1024 }' "/proc/$pid1/status")
+			cur[rss_file_bytes]=$(awk '/^RssFile:/ { print $2 * 1024 }' "/proc/$pid1/status")
 			cur[db_size_after_load_bytes]=$(status_field "$ep1" dbSize)
 		else
 			fail_step rss "the server exited: $(tail -1 "$lg.m1.log")"
@@ -444,14 +449,15 @@ table() {
 		"range: one filled key, linearizable)$of_rounds; $(nproc 2>/dev/null || echo "?") CPUs (load average at start" \
 		"$load_at_start, at end $load_at_end), $(go env GOVERSION), kvd ${commit:0:7}$([ "$dirty" = true ] && echo " (tree not clean)")."
 	echo
-	echo "| size | server | db size MiB | fill s | put p99 ms | range p99 ms | RSS MiB | restart s | catch-up s |"
-	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| size | server | db size MiB | fill s | put p99 ms | range p99 ms | RSS MiB | anon MiB | file MiB | restart s | catch-up s |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	for z in "${size_list[@]}"; do
 		for s in "${server_list[@]}"; do
 			runs "$s" "$z" || continue
 			k=$s,$z
 			echo "| $z | $s | $(cell "$k" db_size_bytes %.0f 1048576) | $(cell "$k" fill_seconds %.0f) |" \
 				"$(cell "$k" put_p99_ms %.2f) | $(cell "$k" range_p99_ms %.2f) | $(cell "$k" rss_bytes %.0f 1048576) |" \
+				"$(cell "$k" rss_anon_bytes %.0f 1048576) | $(cell "$k" rss_file_bytes %.0f 1048576) |" \
 				"$(cell "$k" restart_seconds %.2f) | $(cell "$k" catchup_seconds %.2f) |"
 		done
 	done
