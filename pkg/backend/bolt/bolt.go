@@ -115,6 +115,7 @@ func (o Options) boltOptions() *bolt.Options {
 		NoFreelistSync:  !o.SyncFreelist,
 		FreelistType:    ft,
 		InitialMmapSize: o.InitialMmapSize,
+		MmapFlags:       mmapFlags,
 		NoSync:          o.NoSync,
 	}
 }
