@@ -98,7 +98,7 @@ func plAddRole(ctx context.Context, c *clientv3.Client, role, prefix string, per
 // closed in t.Cleanup.
 func plUserClient(t *testing.T, user, pw string, endpoints ...string) (*clientv3.Client, error) {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
+	c, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions,
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Username:    user,
@@ -124,7 +124,7 @@ func plMustUserClient(t *testing.T, user, pw string, endpoints ...string) *clien
 // --auth-jwt-token); closed in t.Cleanup.
 func plTokenClient(t *testing.T, tok string, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
+	c, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions,
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Token:       tok,

@@ -134,7 +134,7 @@ func srStart(t *testing.T, isEtcd bool, engine, dataDir string, n srNode, nodes 
 // srRootClient is a client with root's credentials.
 func srRootClient(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
+	c, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions,
 		Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		Username: srRootUser, Password: srRootPass,
 	})
@@ -386,7 +386,7 @@ func srCollect(t *testing.T, who, endpoint string, h srHistory) srState {
 		st.auth = append(st.auth, fmt.Sprintf("role %s perms=%v", r, perms))
 	}
 	// The restored users authenticate: alice reads her range and only it.
-	alice, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second,
+	alice, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions, Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop(), Username: "alice", Password: "alicepw"})
 	mustOK(t, who+": alice's client", err)
 	defer alice.Close()

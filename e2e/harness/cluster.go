@@ -246,7 +246,7 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 // ClientFor returns a client for the given endpoints, closed in t.Cleanup.
 func (c *Cluster) ClientFor(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
+	cli, err := clientv3.New(clientv3.Config{DialOptions: DialOptions,
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),

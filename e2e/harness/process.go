@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
 )
 
 // StartTimeout bounds how long a process may take to become ready.
@@ -91,6 +92,9 @@ type Process struct {
 	werr error         // cmd.Wait's result, valid after done is closed
 	runs int           // number of starts, names the log files
 	logs []string      // log files of every run, oldest first
+	// clients are those Client made; WaitReady and Restart wait until
+	// they are connected again.
+	clients []*clientv3.Client
 }
 
 // StartKVD starts the server under test: kvd, or etcd when KVD_E2E_SERVER=etcd.
@@ -243,6 +247,28 @@ func (p *Process) WaitReady(timeout time.Duration) {
 	if err := p.waitReady(timeout); err != nil {
 		p.t.Fatalf("%s %s: %v", p.label, p.name, err)
 	}
+	p.awaitClients(timeout)
+}
+
+// awaitClients waits until the connections of the clients Client made are
+// up again. A test may call the API through a client's connection without
+// clientv3's retries, and an RPC on a connection that is between two
+// attempts to reconnect fails at once.
+func (p *Process) awaitClients(timeout time.Duration) {
+	p.mu.Lock()
+	clients := append([]*clientv3.Client(nil), p.clients...)
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, c := range clients {
+		conn := c.ActiveConnection()
+		conn.Connect()
+		for s := conn.GetState(); s != connectivity.Ready && s != connectivity.Shutdown; s = conn.GetState() {
+			if !conn.WaitForStateChange(ctx, s) {
+				p.t.Fatalf("%s %s: a client did not reconnect within %v (%v)", p.label, p.name, timeout, s)
+			}
+		}
+	}
 }
 
 // Endpoint is the client URL, e.g. "http://127.0.0.1:23790".
@@ -269,11 +295,14 @@ func (p *Process) Client(t testing.TB) *clientv3.Client {
 		t.Fatalf("%s: new client: %v", p.label, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	p.mu.Lock()
+	p.clients = append(p.clients, c)
+	p.mu.Unlock()
 	return c
 }
 
 func newClient(endpoint string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
+	return clientv3.New(clientv3.Config{DialOptions: DialOptions,
 		Endpoints:   []string{endpoint},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
@@ -473,6 +502,7 @@ func (p *Process) Restart() {
 	if err := p.launchAndWait(); err != nil {
 		p.t.Fatalf("restart %s: %v", p.label, err)
 	}
+	p.awaitClients(StartTimeout)
 }
 
 func (p *Process) logContains(s string) bool {

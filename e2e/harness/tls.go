@@ -218,7 +218,7 @@ func StartTLSCluster(t testing.TB, n int, opts TLSClusterOptions) *Cluster {
 // NewTLSClient returns a clientv3 client over TLS for endpoints; the caller
 // closes it.
 func NewTLSClient(cfg *tls.Config, endpoints ...string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
+	return clientv3.New(clientv3.Config{DialOptions: DialOptions,
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		TLS:         cfg,
