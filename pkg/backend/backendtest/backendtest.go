@@ -11,7 +11,9 @@ import (
 	"math/rand"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 )
@@ -38,6 +40,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Rollback", s.rollback},
 		{"FailedWriteCommitsNothing", s.failedWriteCommitsNothing},
 		{"ConcurrentReadersAndWriters", s.concurrent},
+		{"ReadersSeeEveryFinishedCommit", s.freshReads},
 		{"Reopen", s.reopen},
 		{"ByteSlices", s.byteSlices},
 		{"Snapshot", s.snapshot},
@@ -540,6 +543,87 @@ func (s suite) concurrent(t *testing.T) {
 		t.Error(err)
 	}
 	wantValue(t, be, backend.Key, "a", string(enc(writes)), true)
+}
+
+// freshReads: a ReadTx opened after an Update returned sees that Update,
+// while other readers hold views from before it and the writes grow the
+// store (bolt remaps its file, waiting for open read transactions; engines
+// may share a read view between commits, and must never hand out one from
+// before a finished commit or keep one that stalls a writer).
+func (s suite) freshReads(t *testing.T) {
+	be := s.openNew(t)
+	enc := func(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+	put(t, be, backend.Key, kv{"n", string(enc(0))})
+	var committed atomic.Uint64 // the last Update that returned
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	var rg sync.WaitGroup
+	for r := 0; r < 4; r++ {
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				want := committed.Load()
+				rtx, err := be.ReadTx()
+				if err != nil {
+					errs <- fmt.Errorf("reader: %w", err)
+					return
+				}
+				v, ok, err := rtx.Get(backend.Key, []byte("n"))
+				if i%16 == 0 {
+					time.Sleep(time.Millisecond) // hold the view across a commit now and then
+				}
+				var got uint64
+				if ok {
+					got = binary.BigEndian.Uint64(v)
+				}
+				rtx.Release()
+				if err != nil || !ok || got < want {
+					errs <- fmt.Errorf("reader opened a view after commit %d returned and saw n=%d (ok %v, err %v)", want, got, ok, err)
+					return
+				}
+			}
+		}()
+	}
+	big := make([]byte, 32<<10)
+	written := make(chan error, 1)
+	go func() {
+		for i := uint64(1); i <= 200; i++ {
+			err := be.Update(func(tx backend.WriteTx) error {
+				for j := 0; j < 8; j++ { // 256 KiB a commit: the file grows as it goes
+					if err := tx.Put(backend.Key, []byte(fmt.Sprintf("big%05d-%d", i, j)), big); err != nil {
+						return err
+					}
+				}
+				return tx.Put(backend.Key, []byte("n"), enc(i))
+			})
+			if err != nil {
+				written <- err
+				return
+			}
+			committed.Store(i)
+		}
+		written <- nil
+	}()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Errorf("writer: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("200 commits did not finish within 2 minutes beside 4 readers: a writer waits for a read view nobody releases")
+	}
+	close(stop)
+	rg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 func (s suite) reopen(t *testing.T) {

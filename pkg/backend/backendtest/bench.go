@@ -3,6 +3,7 @@ package backendtest
 import (
 	"encoding/binary"
 	"math/rand"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -62,6 +63,29 @@ func Bench(b *testing.B, open BenchOpenFunc) {
 			}
 			rtx.Release()
 		}
+	})
+	// Readers on every CPU, as the gRPC handlers of 1-key ranges are:
+	// what engines share between readers shows here.
+	b.Run("ReadTxGetParallel", func(b *testing.B) {
+		be := benchOpen(b, open)
+		benchFill(b, be)
+		b.ReportAllocs()
+		b.ResetTimer()
+		var seed atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			rng := rand.New(rand.NewSource(seed.Add(1)))
+			for pb.Next() {
+				rtx, err := be.ReadTx()
+				if err != nil {
+					b.Errorf("ReadTx: %v", err)
+					return
+				}
+				if _, ok, err := rtx.Get(backend.Key, benchKey(rng.Intn(benchKeys))); err != nil || !ok {
+					b.Errorf("Get: %v %v", ok, err)
+				}
+				rtx.Release()
+			}
+		})
 	})
 	b.Run("Range1000", func(b *testing.B) {
 		be := benchOpen(b, open)

@@ -41,6 +41,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
+	"github.com/kvd-dev/kvd/pkg/backend/internal/readview"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
@@ -179,6 +180,16 @@ type Backend struct {
 	// retiring counts stores replaced by Defrag and not yet closed.
 	retiring sync.WaitGroup
 	lg       *zap.Logger
+	// views shares one read transaction between commits: beginning one per
+	// reader costs two round trips through Badger's read watermark.
+	// Everything that commits to or replaces the live store blocks it first.
+	views readview.Cache[*view]
+}
+
+// view is a read transaction readers share, and the store it pins.
+type view struct {
+	txn *badger.Txn
+	s   *store
 }
 
 // store is one open database. Defrag replaces the live store with a copy;
@@ -289,11 +300,22 @@ func (be *Backend) ReadTx() (backend.ReadTx, error) {
 	if !be.gate.Enter() {
 		return nil, backend.ErrClosed
 	}
-	s := be.pin()
-	return &readTx{txn: s.db.NewTransaction(false), exit: func() {
-		s.readers.Done()
+	v, err := be.views.Get(be.beginView, endView)
+	if err != nil {
 		be.gate.Exit()
-	}}, nil
+		return nil, err
+	}
+	return &readTx{txn: v.Tx.txn, view: v, exit: be.gate.Exit}, nil
+}
+
+func (be *Backend) beginView() (*view, error) {
+	s := be.pin()
+	return &view{txn: s.db.NewTransaction(false), s: s}, nil
+}
+
+func endView(v *view) {
+	v.txn.Discard()
+	v.s.readers.Done()
 }
 
 // Update implements backend.Backend.
@@ -307,6 +329,8 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
+	be.views.Block()
+	defer be.views.Unblock()
 	// Holding writeMu, cur and journal cannot change under us.
 	j := be.journal.Load()
 	txn := be.cur.db.NewTransaction(true)
@@ -446,8 +470,9 @@ func (be *Backend) Close() error {
 	if !be.gate.Close() {
 		return nil
 	}
-	// Every holder has left, so no Defrag is running and no reader pins
-	// cur or a replaced store.
+	// Every holder has left, so no Defrag is running, and once the shared
+	// view is dropped no reader pins cur or a replaced store.
+	be.views.Block() // for good
 	be.retiring.Wait()
 	if err := be.cur.db.Close(); err != nil {
 		return fmt.Errorf("close badger db %s: %w", be.cur.dir, err)
@@ -595,7 +620,8 @@ func appendPrefix(dst []byte, b backend.Bucket) ([]byte, error) {
 
 type readTx struct {
 	txn  *badger.Txn
-	exit func() // nil for a writeTx
+	view *readview.View[*view] // the shared view txn belongs to; nil for a writeTx
+	exit func()                // nil for a writeTx
 	// done is set by Release (readTx) or when Update returns (writeTx).
 	done bool
 	// scratch builds lookup keys; Badger does not keep the key passed to Get.
@@ -676,7 +702,7 @@ func (r *readTx) Release() {
 		return
 	}
 	r.done = true
-	r.txn.Discard()
+	r.view.Release()
 	r.exit()
 }
 

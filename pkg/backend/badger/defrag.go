@@ -172,6 +172,10 @@ func (c *badgerCopy) Swap() error {
 		}
 		c.be.lg.Warn("badger defrag: CURRENT names the new database but writing it failed", zap.String("dir", c.dir), zap.Error(err))
 	}
+	// The old store closes once its readers are done: none may share a
+	// view of it after the swap.
+	c.be.views.Block()
+	defer c.be.views.Unblock()
 	c.be.curMu.Lock()
 	c.be.cur = &store{db: c.db, dir: c.dir}
 	c.be.curMu.Unlock()

@@ -39,6 +39,7 @@ import (
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/internal/gate"
+	"github.com/kvd-dev/kvd/pkg/backend/internal/readview"
 	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
@@ -145,6 +146,16 @@ type Backend struct {
 	// retired counts old files (replaced by Defrag) still closing: their
 	// close waits for the ReadTx begun on them. Close waits for retired.
 	retired sync.WaitGroup
+	// views shares one read transaction between commits. Everything that
+	// writes to the live file blocks it first: a commit that grows the file
+	// remaps it and waits for every open read transaction.
+	views readview.Cache[*view]
+}
+
+// view is a read transaction readers share, with the buckets opened once.
+type view struct {
+	tx      *bolt.Tx
+	buckets map[backend.Bucket]*bolt.Bucket
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -211,15 +222,29 @@ func (be *Backend) ReadTx() (backend.ReadTx, error) {
 	if !be.gate.Enter() {
 		return nil, backend.ErrClosed
 	}
+	v, err := be.views.Get(be.beginView, endView)
+	if err != nil {
+		be.gate.Exit()
+		return nil, err
+	}
+	return &readTx{tx: v.Tx.tx, buckets: v.Tx.buckets, view: v, exit: be.gate.Exit}, nil
+}
+
+func (be *Backend) beginView() (*view, error) {
 	be.mu.RLock()
 	tx, err := be.db.Begin(false)
 	be.mu.RUnlock()
 	if err != nil {
-		be.gate.Exit()
 		return nil, fmt.Errorf("begin bolt read tx: %w", err)
 	}
-	return &readTx{tx: tx, exit: be.gate.Exit}, nil
+	v := &view{tx: tx, buckets: make(map[backend.Bucket]*bolt.Bucket, len(backend.AllBuckets))}
+	for _, b := range backend.AllBuckets {
+		v.buckets[b] = tx.Bucket([]byte(b))
+	}
+	return v, nil
 }
+
+func endView(v *view) { _ = v.tx.Rollback() }
 
 // Update implements backend.Backend.
 func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
@@ -232,6 +257,8 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
+	be.views.Block()
+	defer be.views.Unblock()
 	// Under writeMu the pointer cannot change: Defrag swaps it holding
 	// writeMu, and starts and ends its journal holding it.
 	j := be.journal.Load()
@@ -332,6 +359,7 @@ func (be *Backend) Close() error {
 	if !be.gate.Close() {
 		return nil
 	}
+	be.views.Block() // for good: bolt's Close waits for open read transactions
 	err := be.db.Close()
 	be.retired.Wait()
 	if err != nil {
@@ -506,8 +534,11 @@ func writeFileSync(path string, r io.Reader) error {
 }
 
 type readTx struct {
-	tx   *bolt.Tx
-	exit func() // nil for a writeTx
+	tx *bolt.Tx
+	// buckets are the shared view's open buckets; view is nil for a writeTx.
+	buckets map[backend.Bucket]*bolt.Bucket
+	view    *readview.View[*view]
+	exit    func() // nil for a writeTx
 	// done is set by Release (readTx) or when Update returns (writeTx).
 	done bool
 }
@@ -515,6 +546,9 @@ type readTx struct {
 func (r *readTx) bucket(b backend.Bucket) (*bolt.Bucket, error) {
 	if r.done {
 		return nil, backend.ErrTxDone
+	}
+	if bkt, ok := r.buckets[b]; ok {
+		return bkt, nil
 	}
 	if err := b.Validate(); err != nil {
 		return nil, err
@@ -572,7 +606,7 @@ func (r *readTx) Release() {
 		return
 	}
 	r.done = true
-	_ = r.tx.Rollback()
+	r.view.Release()
 	r.exit()
 }
 
