@@ -160,12 +160,17 @@ func TestFailpointInstallCrash(t *testing.T) {
 			if !follower.LogContains("kvd failpoint " + fp + " hit") {
 				t.Fatalf("the follower stopped, but not at %s: %s", fp, follower.LogTail(5))
 			}
+			// The load pauses while the follower restarts: with 10
+			// catch-up entries, unthrottled writers outrun each snapshot
+			// it installs, and it took 20-35 s of snapshots to catch up.
+			acked := load.stop()
 			follower.SetEnv()
 			follower.Start()
 			follower.WaitReady(harness.StartTimeout)
-			load.waitAcked(t, "writes after the follower's restart", 100, 30*time.Second)
-			acked := load.stop()
+			after := startWriteLoad(c.ClientFor(t, others...), "fp2/", 8)
+			after.waitAcked(t, "writes after the follower's restart", 100, 30*time.Second)
 			verifyAckedEverywhere(t, c, "fp/", acked)
+			verifyAckedEverywhere(t, c, "fp2/", after.stop())
 		})
 	}
 }
