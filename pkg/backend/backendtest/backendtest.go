@@ -551,7 +551,16 @@ func (s suite) concurrent(t *testing.T) {
 // may share a read view between commits, and must never hand out one from
 // before a finished commit or keep one that stalls a writer).
 func (s suite) freshReads(t *testing.T) {
-	be := s.openNew(t)
+	be := s.open(t, t.TempDir())
+	var wedged atomic.Bool // Close would wait for a stuck writer
+	t.Cleanup(func() {
+		if wedged.Load() {
+			return
+		}
+		if err := be.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	enc := func(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
 	put(t, be, backend.Key, kv{"n", string(enc(0))})
 	var committed atomic.Uint64 // the last Update that returned
@@ -616,6 +625,7 @@ func (s suite) freshReads(t *testing.T) {
 			t.Errorf("writer: %v", err)
 		}
 	case <-time.After(2 * time.Minute):
+		wedged.Store(true)
 		t.Fatal("200 commits did not finish within 2 minutes beside 4 readers: a writer waits for a read view nobody releases")
 	}
 	close(stop)
