@@ -161,8 +161,9 @@ type Backend struct {
 	gate gate.Gate // every operation and every open ReadTx holds it
 	// writeMu serialises Updates, so transactions never conflict. It also
 	// guards the replacement of cur, and the start and end of a Defrag's
-	// journal; Defrag holds it for those, never for its copy.
-	writeMu sync.Mutex
+	// journal; Defrag holds it for those, never for its copy. It blocks
+	// views (no shared read transaction) while held.
+	writeMu readview.WriteLock[*view]
 	// journal records the writes committed while a Defrag runs; nil when
 	// none does. It changes only under writeMu.
 	journal atomic.Pointer[journal]
@@ -182,7 +183,8 @@ type Backend struct {
 	lg       *zap.Logger
 	// views shares one read transaction between commits: beginning one per
 	// reader costs two round trips through Badger's read watermark.
-	// Everything that commits to or replaces the live store blocks it first.
+	// Everything that commits to or replaces the live store holds writeMu,
+	// which blocks it.
 	views readview.Cache[*view]
 }
 
@@ -239,10 +241,12 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	if err := errors.Join(fsutil.SyncDir(opts.Dir), fsutil.SyncDir(dir)); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
-	return &Backend{
+	be := &Backend{
 		root: opts.Dir, sync: opts.Sync, opts: bo, arena: bo.arenaBytes(),
 		cur: &store{db: db, dir: dir}, lg: bo.logger(),
-	}, nil
+	}
+	be.writeMu.Views = &be.views
+	return be, nil
 }
 
 // arenaBytes is the size of the arena Badger allocates on the Go heap for
@@ -329,8 +333,6 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) error {
 	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
-	be.views.Block()
-	defer be.views.Unblock()
 	// Holding writeMu, cur and journal cannot change under us.
 	j := be.journal.Load()
 	txn := be.cur.db.NewTransaction(true)

@@ -153,8 +153,7 @@ func (be *Backend) enterBulk() (release func(), err error) {
 		return nil, backend.ErrClosed
 	}
 	be.writeMu.Lock()
-	be.views.Block()
-	release = func() { be.views.Unblock(); be.writeMu.Unlock(); be.gate.Exit() }
+	release = func() { be.writeMu.Unlock(); be.gate.Exit() }
 	if be.journal.Load() != nil {
 		release()
 		return nil, errors.New("badger bulk load: a defragment is running")

@@ -172,10 +172,8 @@ func (c *badgerCopy) Swap() error {
 		}
 		c.be.lg.Warn("badger defrag: CURRENT names the new database but writing it failed", zap.String("dir", c.dir), zap.Error(err))
 	}
-	// The old store closes once its readers are done: none may share a
-	// view of it after the swap.
-	c.be.views.Block()
-	defer c.be.views.Unblock()
+	// The old store closes once its readers are done. Run holds writeMu,
+	// so no view of it is shared from here on.
 	c.be.curMu.Lock()
 	c.be.cur = &store{db: c.db, dir: c.dir}
 	c.be.curMu.Unlock()

@@ -128,10 +128,11 @@ type Backend struct {
 
 	gate gate.Gate // every operation and every open ReadTx holds it
 
-	// writeMu serialises Update and Defrag's swap; bolt has one writer
+	// writeMu serialises Update and Defrag's swap, and blocks views (no
+	// shared read transaction) while held; bolt has one writer
 	// anyway. Defrag holds it to open its snapshot and start the journal,
 	// and for its last replay and the swap, never for the copy.
-	writeMu sync.Mutex
+	writeMu readview.WriteLock[*view]
 	// journal records the writes committed while a Defrag runs; nil when
 	// none does. It changes only under writeMu, so an Update holding writeMu
 	// records into the journal of the Defrag whose snapshot it follows.
@@ -147,8 +148,8 @@ type Backend struct {
 	// close waits for the ReadTx begun on them. Close waits for retired.
 	retired sync.WaitGroup
 	// views shares one read transaction between commits. Everything that
-	// writes to the live file blocks it first: a commit that grows the file
-	// remaps it and waits for every open read transaction.
+	// writes to the live file holds writeMu, which blocks it: a commit that
+	// grows the file remaps it and waits for every open read transaction.
 	views readview.Cache[*view]
 }
 
@@ -188,7 +189,9 @@ func Open(opts backend.Options, bo Options) (*Backend, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	return &Backend{path: path, bo: bo, db: db, lg: lg}, nil
+	be := &Backend{path: path, bo: bo, db: db, lg: lg}
+	be.writeMu.Views = &be.views
+	return be, nil
 }
 
 func openDB(path string, bo Options) (*bolt.DB, error) {
@@ -257,8 +260,6 @@ func (be *Backend) Update(fn func(backend.WriteTx) error) (err error) {
 	}
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
-	be.views.Block()
-	defer be.views.Unblock()
 	// Under writeMu the pointer cannot change: Defrag swaps it holding
 	// writeMu, and starts and ends its journal holding it.
 	j := be.journal.Load()

@@ -23,8 +23,6 @@ func (be *Backend) BulkLoad(fn func(put func(b backend.Bucket, key, value []byte
 	defer be.gate.Exit()
 	be.writeMu.Lock()
 	defer be.writeMu.Unlock()
-	be.views.Block()
-	defer be.views.Unblock()
 	if be.journal.Load() != nil {
 		return errors.New("bolt bulk load: a defragment is running")
 	}

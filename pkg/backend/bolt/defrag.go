@@ -145,10 +145,8 @@ func (c *boltCopy) Swap() error {
 		return fmt.Errorf("rename %s: %w", c.tmpPath, err)
 	}
 	c.tmp.NoSync = c.be.bo.NoSync
-	// The old file closes once its readers are done: none may share a
-	// view of it after the swap.
-	c.be.views.Block()
-	defer c.be.views.Unblock()
+	// The old file closes once its readers are done. Run holds writeMu,
+	// so no view of it is shared from here on.
 	c.be.mu.Lock()
 	c.old = c.be.db
 	c.be.db = c.tmp

@@ -279,7 +279,7 @@ type Target[T any] interface {
 // journal and releases the lock. Writers wait only for that last step
 // (Stats.Paused), unless the journal fills up. On an error nothing is
 // swapped: the journal is unhooked and t aborted.
-func Run[T any](writeMu *sync.Mutex, slot *atomic.Pointer[Journal[T]], t Target[T]) (st Stats, err error) {
+func Run[T any](writeMu sync.Locker, slot *atomic.Pointer[Journal[T]], t Target[T]) (st Stats, err error) {
 	writeMu.Lock()
 	copyFn, release, err := t.Snapshot()
 	if err != nil {

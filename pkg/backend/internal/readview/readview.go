@@ -121,3 +121,25 @@ func (c *Cache[T]) Unblock() {
 		panic("readview: Unblock without Block")
 	}
 }
+
+// WriteLock is a backend's write lock over its Cache: holding it
+// serialises the writers and blocks the cache (Block) until Unlock. Every
+// path that commits to the engine or replaces its files holds it, so none
+// can keep a shared view open across its commit by forgetting to block.
+// Views must be set before the first Lock.
+type WriteLock[T any] struct {
+	Views *Cache[T]
+	mu    sync.Mutex
+}
+
+// Lock takes the write lock and blocks the cache.
+func (l *WriteLock[T]) Lock() {
+	l.mu.Lock()
+	l.Views.Block()
+}
+
+// Unlock unblocks the cache and releases the write lock.
+func (l *WriteLock[T]) Unlock() {
+	l.Views.Unblock()
+	l.mu.Unlock()
+}

@@ -116,3 +116,27 @@ func TestViewsAreNeverStale(t *testing.T) {
 		t.Fatalf("begun %d, ended %d", e.begun.Load(), e.ended.Load())
 	}
 }
+
+// While a writer holds the WriteLock no view is shared, and the first
+// reader after Unlock begins one that sees the commit.
+func TestWriteLockBlocksWhileHeld(t *testing.T) {
+	var e engine
+	var c Cache[*tx]
+	w := WriteLock[*tx]{Views: &c}
+	before, _ := c.Get(e.begin, e.end)
+	w.Lock()
+	p, _ := c.Get(e.begin, e.end)
+	q, _ := c.Get(e.begin, e.end)
+	if p == before || p == q {
+		t.Fatal("a view was shared while the write lock was held")
+	}
+	e.committed.Add(1)
+	w.Unlock()
+	n, _ := c.Get(e.begin, e.end)
+	if n.Tx.sees != 1 {
+		t.Fatalf("the first reader after Unlock sees commit %d, want 1", n.Tx.sees)
+	}
+	for _, v := range []*View[*tx]{before, p, q, n} {
+		v.Release()
+	}
+}
