@@ -39,7 +39,7 @@ func TestAuthSurvivesKill(t *testing.T) {
 			p.Kill()
 			p.Restart()
 
-			cfg := clientv3.Config{DialOptions: harness.DialOptions, Endpoints: []string{p.Endpoint()}, DialTimeout: 5 * time.Second}
+			cfg := harness.ClientConfig(p.Endpoint())
 			login := func(user, pw string) *clientv3.Client {
 				t.Helper()
 				cfg.Username, cfg.Password = user, pw

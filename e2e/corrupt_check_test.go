@@ -223,7 +223,7 @@ func TestPeriodicCorruptCheckAuth(t *testing.T) {
 // ("name:password"; "" for none).
 func userClient(t *testing.T, endpoints, user string) *clientv3.Client {
 	t.Helper()
-	cfg := clientv3.Config{DialOptions: harness.DialOptions, Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second}
+	cfg := harness.ClientConfig(strings.Split(endpoints, ",")...)
 	if user != "" {
 		cfg.Username, cfg.Password, _ = strings.Cut(user, ":")
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/codes"
 
@@ -98,13 +97,9 @@ func plAddRole(ctx context.Context, c *clientv3.Client, role, prefix string, per
 // closed in t.Cleanup.
 func plUserClient(t *testing.T, user, pw string, endpoints ...string) (*clientv3.Client, error) {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions,
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Username:    user,
-		Password:    pw,
-		Logger:      zap.NewNop(),
-	})
+	cfg := harness.ClientConfig(endpoints...)
+	cfg.Username, cfg.Password = user, pw
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -124,12 +119,9 @@ func plMustUserClient(t *testing.T, user, pw string, endpoints ...string) *clien
 // --auth-jwt-token); closed in t.Cleanup.
 func plTokenClient(t *testing.T, tok string, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions,
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Token:       tok,
-		Logger:      zap.NewNop(),
-	})
+	cfg := harness.ClientConfig(endpoints...)
+	cfg.Token = tok
+	c, err := clientv3.New(cfg)
 	mustOK(t, "client with a token", err)
 	t.Cleanup(func() { c.Close() })
 	return c

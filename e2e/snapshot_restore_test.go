@@ -17,7 +17,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/e2e/harness"
 )
@@ -134,10 +133,9 @@ func srStart(t *testing.T, isEtcd bool, engine, dataDir string, n srNode, nodes 
 // srRootClient is a client with root's credentials.
 func srRootClient(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions,
-		Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		Username: srRootUser, Password: srRootPass,
-	})
+	cfg := harness.ClientConfig(endpoint)
+	cfg.Username, cfg.Password = srRootUser, srRootPass
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatalf("root client for %s: %v", endpoint, err)
 	}
@@ -386,8 +384,9 @@ func srCollect(t *testing.T, who, endpoint string, h srHistory) srState {
 		st.auth = append(st.auth, fmt.Sprintf("role %s perms=%v", r, perms))
 	}
 	// The restored users authenticate: alice reads her range and only it.
-	alice, err := clientv3.New(clientv3.Config{DialOptions: harness.DialOptions, Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop(), Username: "alice", Password: "alicepw"})
+	cfg := harness.ClientConfig(endpoint)
+	cfg.Username, cfg.Password = "alice", "alicepw"
+	alice, err := clientv3.New(cfg)
 	mustOK(t, who+": alice's client", err)
 	defer alice.Close()
 	if _, err := alice.Get(ctx, "k/001"); err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // ClusterOptions configures StartCluster.
@@ -246,11 +245,7 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 // ClientFor returns a client for the given endpoints, closed in t.Cleanup.
 func (c *Cluster) ClientFor(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{DialOptions: DialOptions,
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := clientv3.New(ClientConfig(endpoints...))
 	if err != nil {
 		t.Fatalf("cluster: new client for %v: %v", endpoints, err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/connectivity"
 )
 
@@ -302,11 +301,7 @@ func (p *Process) Client(t testing.TB) *clientv3.Client {
 }
 
 func newClient(endpoint string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{DialOptions: DialOptions,
-		Endpoints:   []string{endpoint},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	return clientv3.New(ClientConfig(endpoint))
 }
 
 func (p *Process) launch() error {

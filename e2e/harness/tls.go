@@ -18,7 +18,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // PKI is a test certificate authority whose files live in a temporary
@@ -218,10 +217,7 @@ func StartTLSCluster(t testing.TB, n int, opts TLSClusterOptions) *Cluster {
 // NewTLSClient returns a clientv3 client over TLS for endpoints; the caller
 // closes it.
 func NewTLSClient(cfg *tls.Config, endpoints ...string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{DialOptions: DialOptions,
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		TLS:         cfg,
-		Logger:      zap.NewNop(),
-	})
+	c := ClientConfig(endpoints...)
+	c.TLS = cfg
+	return clientv3.New(c)
 }
