@@ -24,22 +24,29 @@ type sharedTimeouts struct {
 
 type timeoutShare struct {
 	expired chan struct{} // closed when its proposals time out
-	full    atomic.Bool   // set after timeoutGrain: later proposals make a new one
+	// joinBy is when the share stops taking proposals: timeoutGrain after
+	// its timer started. A clock check, not a second timer, because a
+	// late-firing "full" timer would let a proposal join a share whose
+	// close is already less than the request timeout away.
+	joinBy time.Time
 }
+
+func (sh *timeoutShare) open() bool { return sh != nil && time.Now().Before(sh.joinBy) }
 
 // expiry returns the channel closed when a proposal starting now has run
 // out of the request timeout.
 func (t *sharedTimeouts) expiry() <-chan struct{} {
-	if sh := t.cur.Load(); sh != nil && !sh.full.Load() {
+	if sh := t.cur.Load(); sh.open() {
 		return sh.expired
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if sh := t.cur.Load(); sh != nil && !sh.full.Load() {
+	if sh := t.cur.Load(); sh.open() {
 		return sh.expired
 	}
-	sh := &timeoutShare{expired: make(chan struct{})}
-	time.AfterFunc(timeoutGrain, func() { sh.full.Store(true) })
+	// joinBy is taken before the timer starts, so the close comes at
+	// least the request timeout after any proposal that joined in time.
+	sh := &timeoutShare{expired: make(chan struct{}), joinBy: time.Now().Add(timeoutGrain)}
 	time.AfterFunc(t.timeout+timeoutGrain, func() { close(sh.expired) })
 	t.cur.Store(sh)
 	return sh.expired
