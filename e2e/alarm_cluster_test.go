@@ -18,6 +18,7 @@ import (
 // armed and lists it; a restarted member and a member added afterwards list
 // it and refuse puts too; a disarm lets every member write again.
 func TestAlarmCluster(t *testing.T) {
+	t.Parallel()
 	c := harness.StartCluster(t, 3, harness.ClusterOptions{Engine: "bolt"})
 	members := c.Members()
 	ctx := testCtx(t)

@@ -30,6 +30,7 @@ const (
 // member, the new one too, write again. The new member's log must show it
 // installed a snapshot at an index at or past the alarm's entry.
 func TestAlarmSnapshot(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		args := []string{"--snapshot-catchup-entries", strconv.Itoa(alarmCatchupEntries)}
 		if harness.Kind() == harness.KindEtcd {

@@ -85,6 +85,7 @@ var authServerArgs = []string{"--bcrypt-cost", "4"}
 // to look for others. KVD_E2E_SERVER=etcd runs etcd against itself: the
 // digest each seed logs is the same on every run.
 func TestAuthDifferential(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{1, 2, 3}
 	if s := os.Getenv(authDiffSeedsEnv); s != "" {
 		seeds = nil

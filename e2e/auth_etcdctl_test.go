@@ -141,6 +141,7 @@ var authEtcdctlScript = []ctlCmd{
 // and auth commands against the server under test and a reference etcd, and
 // compares what each command printed and its exit code.
 func TestAuthEtcdctl(t *testing.T) {
+	t.Parallel()
 	bin := harness.EtcdctlBinary(t)
 	for _, engine := range harness.Engines() {
 		t.Run(engine, func(t *testing.T) {

@@ -209,6 +209,7 @@ func waitNewLeader(t *testing.T, c *harness.Cluster, old *harness.Process, timeo
 // the old leader, restarted, catches up, and every acknowledged write is on
 // every member with its revision.
 func TestClusterLeaderCrash(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		c := harness.StartCluster(t, 3, faultOptions(engine))
 		load := startWriteLoad(c.Client(t), "lc/", 8)
@@ -263,6 +264,7 @@ func TestClusterFollowerRestart(t *testing.T) {
 // linearizable reads rather than serve stale data, and after healing it
 // converges.
 func TestClusterPartition(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		opts := faultOptions(engine)
 		opts.PeerProxy = true
@@ -311,6 +313,7 @@ func TestClusterPartition(t *testing.T) {
 // one fails within its context instead of hanging, and succeeds once they
 // are back.
 func TestClusterMajorityLoss(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		c := harness.StartCluster(t, 3, faultOptions(engine))
 		members := c.Members()
@@ -389,6 +392,7 @@ func addCaughtUpLearner(t *testing.T, c *harness.Cluster, cli *clientv3.Client, 
 // plus the 5000 entries etcd keeps for slow followers), so the learner
 // can only catch up through a raft snapshot.
 func TestClusterLearnerSnapshot(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		opts := faultOptions(engine)
 		opts.SnapshotCount = 1000
@@ -401,6 +405,7 @@ func TestClusterLearnerSnapshot(t *testing.T) {
 // member, and adds and removes an unreachable member, checking quorum and
 // writes at each step.
 func TestClusterMembership(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		c := harness.StartCluster(t, 3, faultOptions(engine))
 		cli := c.Client(t)

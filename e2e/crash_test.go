@@ -32,6 +32,7 @@ type ackedPut struct {
 // revision, and the revisions of all keys to be consecutive: nothing
 // acknowledged lost, nothing applied twice, no gap.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	for _, engine := range harness.Engines() {
 		t.Run(engine, func(t *testing.T) {
 			p := harness.StartKVD(t, harness.Options{Engine: engine})

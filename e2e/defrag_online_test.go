@@ -19,6 +19,7 @@ import (
 // kvd's Defrag lets writes go on during its copy; etcd's stops them, which
 // the test allows (it checks outcomes, not latency).
 func TestDefragOnline(t *testing.T) {
+	t.Parallel()
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		c := harness.StartCluster(t, 1, harness.ClusterOptions{Engine: engine})
 		m := c.Members()[0]

@@ -37,6 +37,7 @@ const (
 // store, and requires identical responses (headers' member_id, cluster_id
 // and raft_term zeroed) or identical errors (gRPC code and message).
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{1, 2, 3}
 	if s := os.Getenv(diffSeedsEnv); s != "" {
 		seeds = nil

@@ -282,6 +282,7 @@ func (tg *ctlTarget) maskJSON(field string, v any) any {
 // TestEtcdctl runs the unmodified etcdctl v3.7.3 through one script against
 // the server under test and a reference etcd, and compares the outputs.
 func TestEtcdctl(t *testing.T) {
+	t.Parallel()
 	bin := harness.EtcdctlBinary(t)
 	for _, engine := range harness.Engines() {
 		t.Run(engine, func(t *testing.T) {

@@ -67,6 +67,7 @@ func TestFailpointsAllCovered(t *testing.T) {
 // without the failpoint, it must hold every acknowledged write at its
 // revision, with no gap and nothing applied twice.
 func TestFailpointCrash(t *testing.T) {
+	t.Parallel()
 	if harness.Kind() == harness.KindEtcd {
 		t.Skip("kvd's own failpoints")
 	}
@@ -132,6 +133,7 @@ func compactUntilExit(t *testing.T, ctx context.Context, p *harness.Process, c *
 // it must catch up and agree with the others: every acknowledged write on
 // every member, one HashKV. The engines take turns.
 func TestFailpointInstallCrash(t *testing.T) {
+	t.Parallel()
 	if harness.Kind() == harness.KindEtcd {
 		t.Skip("kvd's own failpoints")
 	}

@@ -46,6 +46,7 @@ const (
 // operation mix, every client's choices and the fault schedule; timing
 // still varies from run to run. make robustness runs it over many seeds.
 func TestLinearizability(t *testing.T) {
+	t.Parallel()
 	seed := robustnessSeed(t)
 	forEachClusterEngine(t, func(t *testing.T, engine string) {
 		t.Cleanup(func() {

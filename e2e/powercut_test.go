@@ -43,6 +43,7 @@ func powerCutCyclesFromEnv(t *testing.T) int {
 // files are durable under POSIX only with the patched ristretto kvd builds
 // it with (third_party/README.md, docs/reliability.md "Power cuts").
 func TestPowerCut(t *testing.T) {
+	t.Parallel()
 	cycles := powerCutCyclesFromEnv(t)
 	for _, engine := range harness.Engines() {
 		for _, mode := range []string{"journaled", "posix"} {
@@ -175,6 +176,7 @@ func lostAcked(p *harness.Process, c *clientv3.Client, acked map[string]ackedPut
 // every member holds every acknowledged write at its revision, with one
 // HashKV. The strict (POSIX) directory model.
 func TestPowerCutCluster(t *testing.T) {
+	t.Parallel()
 	if harness.Kind() == harness.KindEtcd {
 		t.Skip("a kvd data dir on the power-cut file system")
 	}

@@ -23,6 +23,7 @@ import (
 // certificate comes from another CA is refused; a member's rotated server
 // certificate is served to new connections without a restart.
 func TestTLSCluster(t *testing.T) {
+	t.Parallel()
 	pki := harness.NewPKI(t, "e2e-ca")
 	c := harness.StartTLSCluster(t, 3, harness.TLSClusterOptions{Engine: "bolt", PKI: pki})
 	members := c.Members()

@@ -24,6 +24,7 @@ import (
 // Responses may group revisions differently, so events are compared as one
 // sequence per watcher.
 func TestWatchDifferential(t *testing.T) {
+	t.Parallel()
 	for _, engine := range harness.Engines() {
 		for _, seed := range []uint64{1, 2} {
 			t.Run(fmt.Sprintf("%s/seed=%d", engine, seed), func(t *testing.T) {
