@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Memory per idle watcher: the server's peak RSS while tools/bench holds N
 # idle watchers (and one client puts), minus its RSS before, divided by N; for
-# kvd (bolt) and etcd v3.7.3, each a fresh single member on loopback.
+# kvd (bolt), kvd (badger) and etcd v3.7.3, each a fresh single member on
+# loopback.
 #   scripts/watch-mem.sh            N=100000 by default (env N)
 # Binaries: bin/kvd and bin/bench are built; etcd is ETCD_BIN or bin/etcd
 # (build it with: cd e2e && go build -o ../bin/etcd ./cmd/etcd).
@@ -36,6 +37,7 @@ run() {
 echo "| server | RSS before, kB | peak RSS with $N idle watchers, kB | bytes per watcher |"
 echo "| --- | ---: | ---: | ---: |"
 run kvd-bolt bin/kvd --backend bolt
+run kvd-badger bin/kvd --backend badger
 if [ -x "$etcd_bin" ]; then
 	run etcd "$etcd_bin" --log-level warn
 else

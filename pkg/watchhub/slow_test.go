@@ -190,6 +190,9 @@ func TestGroupMatchesBruteForce(t *testing.T) {
 			if !g.remove(all[i]) {
 				t.Fatalf("step %d: remove of a member failed", step)
 			}
+			if g.remove(all[i]) {
+				t.Fatalf("step %d: a second remove of one watcher succeeded", step)
+			}
 			all = slices.Delete(all, i, i+1)
 		} else {
 			w := &watcher{id: int64(step), key: key()}
