@@ -25,9 +25,9 @@ type sharedTimeouts struct {
 type timeoutShare struct {
 	expired chan struct{} // closed when its proposals time out
 	// joinBy is when the share stops taking proposals: timeoutGrain after
-	// its timer started. A clock check, not a second timer, because a
-	// late-firing "full" timer would let a proposal join a share whose
-	// close is already less than the request timeout away.
+	// it was made. A clock check, not a second timer: a "full" timer that
+	// fired late would let a proposal join a share whose close is already
+	// less than the request timeout away.
 	joinBy time.Time
 }
 

@@ -33,17 +33,16 @@ func (g *group) add(w *watcher) {
 		g.ranges = insert(g.ranges, w)
 		return
 	}
-	set, found := g.keys[string(w.key)]
-	switch {
+	// Only the first two watchers of a key store into g.keys: a store
+	// copies the key into a new string.
+	switch set, found := g.keys[string(w.key)]; {
 	case !found:
-		set.one = w
+		g.keys[string(w.key)] = keySet{one: w}
 	case set.one != nil:
-		set.more = map[*watcher]struct{}{set.one: {}, w: {}}
-		set.one = nil
+		g.keys[string(w.key)] = keySet{more: map[*watcher]struct{}{set.one: {}, w: {}}}
 	default:
 		set.more[w] = struct{}{}
 	}
-	g.keys[string(w.key)] = set
 }
 
 // remove reports whether w was in the group.
@@ -74,13 +73,12 @@ func (g *group) remove(w *watcher) bool {
 
 // match calls fn for every watcher whose key range holds key.
 func (g *group) match(key []byte, fn func(*watcher)) {
-	if set, ok := g.keys[string(key)]; ok {
-		if set.one != nil {
-			fn(set.one)
-		}
-		for w := range set.more {
-			fn(w)
-		}
+	set := g.keys[string(key)]
+	if set.one != nil {
+		fn(set.one)
+	}
+	for w := range set.more {
+		fn(w)
 	}
 	stab(g.ranges, key, fn)
 }
