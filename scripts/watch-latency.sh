@@ -69,7 +69,7 @@ by = {}
 for r in rows:
     by.setdefault((r["watchers"], r["server"]), []).append(r["result"])
 for n in sorted({k[0] for k in by}):
-    etcd99 = statistics.median(x["latency_ms"]["p99"] for x in by.get((n, "etcd"), [])) if (n, "etcd") in by else None
+    etcd99 = statistics.median(x["latency_ms"]["p99"] for x in by[(n, "etcd")])
     for s in ("kvd-bolt", "kvd-badger", "etcd"):
         rs = by.get((n, s))
         if not rs:
@@ -77,7 +77,6 @@ for n in sorted({k[0] for k in by}):
         def med(f): return statistics.median(f(x) for x in rs)
         p99s = [x["latency_ms"]["p99"] for x in rs]
         p99 = statistics.median(p99s)
-        ratio = f"{p99 / etcd99:.2f}" if etcd99 else ""
         print(f"| {n:,} | {s} | {med(lambda x: x['latency_ms']['p50']):.2f} | {p99:.2f} ({min(p99s):.2f}-{max(p99s):.2f}) "
-              f"| {med(lambda x: x['latency_ms']['p99_9']):.2f} | {med(lambda x: x['create_sec']):.2f} | {ratio} |")
+              f"| {med(lambda x: x['latency_ms']['p99_9']):.2f} | {med(lambda x: x['create_sec']):.2f} | {p99 / etcd99:.2f} |")
 EOF
