@@ -10,11 +10,17 @@
 // # Files
 //
 //	<Dir>/<seq>-<first index>.wal    WAL segments, %016x-%016x, seq from 0
+//	<Dir>/next.wal.tmp               the next segment, being filled with zeros
 //	<Dir>/snap/<term>-<index>.snap   snapshot files, %016x-%016x
 //
 // A segment's first index is the log's last index + 1 when the segment was
 // started. A new segment is started by the first write after the current one
-// passes Options.SegmentSize; creating it fsyncs the directory.
+// passes Options.SegmentSize; creating it fsyncs the directory. A segment is
+// preallocated: either the spare file, written with zeros in the background
+// once the current segment is half full and renamed into place, or, when no
+// spare is ready, a file reserved with fallocate. Appends into written zeros
+// fdatasync without a journal commit (spare.go); a segment of the other kind
+// is cut early, at 4 MiB, once a spare is ready.
 //
 // # Record format
 //

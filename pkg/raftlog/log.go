@@ -33,9 +33,10 @@ type Options struct {
 	NoSync bool
 	// Logger may be nil.
 	Logger *zap.Logger
-	// NoPreallocate skips reserving each segment's space up front (for
-	// tests and tools that edit segments by byte offset). Preallocated
-	// segments make each fdatasync cheaper: the file size does not change.
+	// NoPreallocate skips reserving each segment's space up front and
+	// preparing the next segment in the background (spare.go), for tests
+	// and tools that edit segments by byte offset. Preallocated segments make each fdatasync cheaper: the file size does
+	// not change.
 	NoPreallocate bool
 	// CatchUpEntries is how many entries before a snapshot stay readable
 	// through Storage, so a follower slightly behind gets entries instead of
@@ -107,6 +108,10 @@ type Log struct {
 	// each new segment so deleting old segments never loses it.
 	hs  *raftpb.HardState
 	buf []byte
+	// zeroed reports whether the current segment was a spare filled with
+	// zeros; spare is the next one, being prepared (spare.go).
+	zeroed bool
+	spare  *spareFile
 	// err is sticky: after a failed write or fsync the segment's tail is
 	// unknown, so the Log refuses further writes.
 	err    error
@@ -148,6 +153,9 @@ func Open(opts Options) (*Log, error) {
 	}
 	if err := removeTmpFiles(l.snapDir); err != nil {
 		return nil, fmt.Errorf("raftlog: open: %w", err)
+	}
+	if err := os.Remove(filepath.Join(l.dir, spareName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("raftlog: open: remove leftover spare segment: %w", err)
 	}
 	segs, err := listSegments(l.dir)
 	if err != nil {
@@ -325,7 +333,7 @@ func (l *Log) writableLocked() error {
 func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) error {
 	buf := l.buf[:0]
 	created := false
-	if l.f == nil || l.size >= l.segmentSize {
+	if l.f == nil || l.size >= l.segmentSize || (!l.zeroed && l.size >= earlyCutSize && l.spareReadyLocked()) {
 		var err error
 		if buf, err = l.startSegmentLocked(buf); err != nil {
 			l.err = err
@@ -333,6 +341,7 @@ func (l *Log) writeLocked(mustSync bool, fill func(buf []byte) ([]byte, error)) 
 		}
 		created = true
 	}
+	l.maybeStartSpareLocked()
 	buf, err := fill(buf)
 	if err != nil {
 		if created {
@@ -410,15 +419,19 @@ func (l *Log) startSegmentLocked(buf []byte) ([]byte, error) {
 		}
 		l.f = nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return buf, fmt.Errorf("create wal segment %s: %w", path, err)
-	}
-	if !l.noPrealloc {
-		if err := preallocate(f, l.segmentSize); err != nil {
-			f.Close()
-			os.Remove(path)
-			return buf, fmt.Errorf("preallocate wal segment %s: %w", path, err)
+	f := l.takeSpareLocked(path)
+	l.zeroed = f != nil
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
+			return buf, fmt.Errorf("create wal segment %s: %w", path, err)
+		}
+		if !l.noPrealloc {
+			if err := preallocate(f, l.segmentSize); err != nil {
+				f.Close()
+				os.Remove(path)
+				return buf, fmt.Errorf("preallocate wal segment %s: %w", path, err)
+			}
 		}
 	}
 	l.f = f
@@ -583,13 +596,17 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
+	serr := l.dropSpareLocked()
 	if l.f == nil {
-		return nil
+		return serr
 	}
 	err := l.f.Close()
 	l.f = nil
 	if err != nil {
 		return fmt.Errorf("raftlog: close wal segment %s: %w", l.segs[len(l.segs)-1].name, err)
+	}
+	if serr != nil {
+		return fmt.Errorf("raftlog: %w", serr)
 	}
 	return nil
 }
