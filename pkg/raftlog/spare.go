@@ -91,6 +91,11 @@ func (l *Log) maybeStartSpareLocked() {
 // writeZeros creates path holding size zero bytes, written (not allocated)
 // and, unless noSync, durable.
 func writeZeros(path string, size int64, noSync bool, stop *atomic.Bool) (*os.File, error) {
+	// On a nearly full disk a spare would take the last free bytes from the
+	// backend's next commit; the cut's fallocate fails alone instead.
+	if free, err := freeBytes(filepath.Dir(path)); err == nil && free < 2*size {
+		return nil, fmt.Errorf("%d bytes free, want twice the segment size (%d)", free, size)
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sys/unix"
 )
 
 // bigEnts returns entries lo..hi of term with size-byte payloads.
@@ -238,5 +239,41 @@ func waitSpareIfStarted(t *testing.T, l *Log) {
 	l.mu.Unlock()
 	if started {
 		waitSpare(t, l)
+	}
+}
+
+// On a file system with less than two segments free, no spare is written
+// (it would take the last bytes another writer needs): the cut reserves its
+// segment as before and the log goes on.
+func TestNoSpareOnNearlyFullDisk(t *testing.T) {
+	if !canZeroFill {
+		t.Skip("no spare segments on this platform")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=2560k"); err != nil {
+		t.Skipf("mount a tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	o := testOpts{segmentSize: 1 << 20, prealloc: true}
+	l := openLog(t, dir, o)
+	defer l.Close()
+	var next uint64 = 1
+	for l.spare == nil {
+		mustSave(t, l, nil, bigEnts(next, next+9, 1, 1000), nil)
+		next += 10
+	}
+	<-l.spare.done
+	if l.spare.err == nil {
+		t.Fatal("a spare was written with less than two segments free")
+	}
+	if _, err := os.Stat(filepath.Join(dir, spareName)); !os.IsNotExist(err) {
+		t.Fatalf("spare file after the refusal: %v", err)
+	}
+	for len(l.segs) < 2 {
+		mustSave(t, l, nil, bigEnts(next, next+9, 1, 1000), nil)
+		next += 10
+	}
+	if l.zeroed {
+		t.Fatal("the new segment claims to be a spare")
 	}
 }

@@ -16,3 +16,5 @@ func preallocate(*os.File, int64) error { return nil }
 const canZeroFill = false
 
 func renameNoReplace(string, string) error { return errors.ErrUnsupported }
+
+func freeBytes(string) (int64, error) { return 0, errors.ErrUnsupported }
