@@ -69,7 +69,7 @@ func NewAllocator(sz int, tag string) *Allocator {
 	if bits.OnesCount64(uint64(sz)) > 1 {
 		l2 += 1
 	}
-	a.buffers[0] = Calloc(1<<l2, a.Tag)
+	a.buffers[0] = allocBuffer(1<<l2, a.Tag)
 
 	allocsMu.Lock()
 	allocs[ref] = a
@@ -175,7 +175,7 @@ func (a *Allocator) TrimTo(max int) {
 		if alloc < max {
 			continue
 		}
-		Free(b)
+		freeBuffer(b)
 		a.buffers[i] = nil
 	}
 }
@@ -192,7 +192,7 @@ func (a *Allocator) Release() {
 			break
 		}
 		alloc += len(b)
-		Free(b)
+		freeBuffer(b)
 	}
 
 	allocsMu.Lock()
@@ -259,7 +259,7 @@ func (a *Allocator) addBufferAt(bufIdx, minSz int) {
 		pageSize = maxAlloc
 	}
 
-	buf := Calloc(pageSize, a.Tag)
+	buf := allocBuffer(pageSize, a.Tag)
 	assert(len(a.buffers[bufIdx]) == 0)
 	a.buffers[bufIdx] = buf
 }
