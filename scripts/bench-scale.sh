@@ -164,7 +164,7 @@ trap 'exit 130' INT TERM
 
 # The commit the binaries were built from: others may commit during a long run.
 commit=$(git rev-parse HEAD 2>/dev/null || echo "")
-dirty=false
+dirty=false kvd_bin=""
 [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && dirty=true
 mkdir -p bin
 log "building bin/bench"
@@ -174,6 +174,8 @@ declare -A bin_of
 if [[ " $servers " == *" kvd-"* ]]; then
 	if [ -n "${KVD_BIN:-}" ]; then
 		bin_of[kvd]=$KVD_BIN
+		# Not this checkout's build: its commit says nothing about it.
+		kvd_bin=$KVD_BIN commit="" dirty=false
 	else
 		log "building bin/kvd"
 		go build -o bin/kvd ./cmd/kvd
@@ -447,7 +449,7 @@ table() {
 	echo "Single member filled with 1 KiB values (sequential keys, $fill_clients clients); load: $clients clients over $conns" \
 		"connections, $duration per load after $warmup warm-up (put: 1 KiB over the filled keys at random;" \
 		"range: one filled key, linearizable)$of_rounds; $(nproc 2>/dev/null || echo "?") CPUs (load average at start" \
-		"$load_at_start, at end $load_at_end), $(go env GOVERSION), kvd ${commit:0:7}$([ "$dirty" = true ] && echo " (tree not clean)")."
+		"$load_at_start, at end $load_at_end), $(go env GOVERSION), $([ -n "$kvd_bin" ] && echo "kvd from KVD_BIN=$kvd_bin" || echo "kvd ${commit:0:7}")$([ "$dirty" = true ] && echo " (tree not clean)")."
 	echo
 	echo "| size | server | db size MiB | fill s | put p99 ms | range p99 ms | RSS MiB | anon MiB | file MiB | restart s | catch-up s |"
 	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -489,7 +491,7 @@ write_json() {
 	{
 		printf '{\n  "schema": "kvd-bench-scale/1",\n'
 		printf '  "date": %s,\n' "$(json_str "$start_date")"
-		printf '  "git_commit": %s,\n  "git_dirty": %s,\n' "$(json_str "$commit")" "$dirty"
+		printf '  "git_commit": %s,\n  "git_dirty": %s,\n  "kvd_bin": %s,\n' "$(json_str "$commit")" "$dirty" "$(json_str "$kvd_bin")"
 		printf '  "go_version": %s,\n' "$(json_str "$(go env GOVERSION)")"
 		printf '  "machine": {"cores": %s, "cpu_model": %s, "os": %s, "load_average_at_start": %s, "load_average_at_end": %s},\n' \
 			"$(json_num "$(nproc 2>/dev/null)")" "$(json_str "$cpu")" "$(json_str "$(uname -sr)")" \
