@@ -35,8 +35,8 @@ type Options struct {
 	Logger *zap.Logger
 	// NoPreallocate skips reserving each segment's space up front and
 	// preparing the next segment in the background (spare.go), for tests
-	// and tools that edit segments by byte offset. Preallocated segments make each fdatasync cheaper: the file size does
-	// not change.
+	// and tools that edit segments by byte offset. Preallocated segments
+	// make each fdatasync cheaper: the file size does not change.
 	NoPreallocate bool
 	// CatchUpEntries is how many entries before a snapshot stay readable
 	// through Storage, so a follower slightly behind gets entries instead of
@@ -596,19 +596,17 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
-	serr := l.dropSpareLocked()
-	if l.f == nil {
-		return serr
+	var errs []error
+	if err := l.dropSpareLocked(); err != nil {
+		errs = append(errs, fmt.Errorf("raftlog: %w", err))
 	}
-	err := l.f.Close()
-	l.f = nil
-	if err != nil {
-		return fmt.Errorf("raftlog: close wal segment %s: %w", l.segs[len(l.segs)-1].name, err)
+	if l.f != nil {
+		if err := l.f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftlog: close wal segment %s: %w", l.segs[len(l.segs)-1].name, err))
+		}
+		l.f = nil
 	}
-	if serr != nil {
-		return fmt.Errorf("raftlog: %w", serr)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Exists reports whether dir holds a WAL (a log that Open would not call
