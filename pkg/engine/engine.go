@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/backend/badger"
 	"github.com/kvd-dev/kvd/pkg/backend/bolt"
 	"github.com/kvd-dev/kvd/pkg/config"
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 	"github.com/kvd-dev/kvd/pkg/progress"
 )
 
@@ -105,7 +105,7 @@ func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
 	if name != "badger" {
 		return nil
 	}
-	free, ok := FreeBytes(dir)
+	free, ok := fsutil.FreeBytes(dir)
 	if !ok {
 		return nil
 	}
@@ -116,13 +116,4 @@ func CheckLoadSpace(c *config.Config, name, dir string, dataBytes int64) error {
 			progress.Bytes(free), progress.Bytes(dataBytes), progress.Bytes(need))
 	}
 	return nil
-}
-
-// FreeBytes is the space available to kvd on the file system of dir.
-func FreeBytes(dir string) (int64, bool) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, false
-	}
-	return int64(st.Bavail) * st.Bsize, true
 }

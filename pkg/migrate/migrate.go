@@ -473,7 +473,7 @@ func checkSpace(c *config.Config, to, snap string, inUse int64, w io.Writer) err
 	if err := engine.CheckLoadSpace(c, to, snap, inUse); err != nil {
 		return err
 	}
-	if free, ok := engine.FreeBytes(snap); ok && free < inUse && w != nil {
+	if free, ok := fsutil.FreeBytes(snap); ok && free < inUse && w != nil {
 		fmt.Fprintf(w, "warning: %s has %s free, the source holds %s: the copy may not fit\n", snap, progress.Bytes(free), progress.Bytes(inUse))
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kvd-dev/kvd/pkg/fsutil"
 )
 
 // A preallocated segment is cheap to fdatasync only once its blocks have been
@@ -93,7 +95,7 @@ func (l *Log) maybeStartSpareLocked() {
 func writeZeros(path string, size int64, noSync bool, stop *atomic.Bool) (*os.File, error) {
 	// On a nearly full disk a spare would take the last free bytes from the
 	// backend's next commit; the cut's fallocate fails alone instead.
-	if free, err := freeBytes(filepath.Dir(path)); err == nil && free < 2*size {
+	if free, ok := fsutil.FreeBytes(filepath.Dir(path)); ok && free < 2*size {
 		return nil, fmt.Errorf("%d bytes free, want twice the segment size (%d)", free, size)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)

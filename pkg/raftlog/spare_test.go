@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,6 +21,17 @@ func bigEnts(lo, hi, term uint64, size int) []*raftpb.Entry {
 		e.Data = append(e.Data, bytes.Repeat([]byte{'x'}, size)...)
 	}
 	return es
+}
+
+// saveUntil saves entries from next on, ten of 1 KB at a time, until done
+// holds, and returns the next index.
+func saveUntil(t *testing.T, l *Log, next uint64, done func() bool) uint64 {
+	t.Helper()
+	for !done() {
+		mustSave(t, l, nil, bigEnts(next, next+9, 1, 1000), nil)
+		next += 10
+	}
+	return next
 }
 
 func inode(t *testing.T, path string) uint64 {
@@ -63,11 +75,7 @@ func TestSpareSegmentBecomesNextSegment(t *testing.T) {
 	if l.spare != nil {
 		t.Fatal("a spare started before the segment was half full")
 	}
-	var next uint64 = 11
-	for l.spare == nil {
-		mustSave(t, l, nil, bigEnts(next, next+9, 1, 1000), nil)
-		next += 10
-	}
+	next := saveUntil(t, l, 11, func() bool { return l.spare != nil })
 	if l.size < o.segmentSize/2 {
 		t.Fatalf("a spare started at %d bytes of %d", l.size, o.segmentSize)
 	}
@@ -79,10 +87,7 @@ func TestSpareSegmentBecomesNextSegment(t *testing.T) {
 	spareIno := inode(t, spare)
 
 	// Past the segment size: the next Save cuts and takes the spare.
-	for len(l.segs) < 2 {
-		mustSave(t, l, nil, bigEnts(next, next+99, 1, 1000), nil)
-		next += 100
-	}
+	saveUntil(t, l, next, func() bool { return len(l.segs) == 2 })
 	seg := filepath.Join(dir, l.segs[1].name)
 	if got := inode(t, seg); got != spareIno {
 		t.Fatalf("second segment is inode %d, the spare was %d: it was not used", got, spareIno)
@@ -118,16 +123,9 @@ func TestUnfilledSegmentCutEarly(t *testing.T) {
 	if l.zeroed {
 		t.Fatal("a new log's first segment cannot have been a spare yet")
 	}
-	var next uint64 = 2
-	for l.spare == nil {
-		mustSave(t, l, nil, bigEnts(next, next+99, 1, 1000), nil)
-		next += 100
-	}
+	next := saveUntil(t, l, 2, func() bool { return l.spare != nil })
 	waitSpare(t, l)
-	for l.size < earlyCutSize {
-		mustSave(t, l, nil, bigEnts(next, next+99, 1, 1000), nil)
-		next += 100
-	}
+	next = saveUntil(t, l, next, func() bool { return l.size >= earlyCutSize })
 	if len(l.segs) != 1 {
 		t.Fatalf("%d segments before the early cut size; want 1", len(l.segs))
 	}
@@ -257,11 +255,7 @@ func TestNoSpareOnNearlyFullDisk(t *testing.T) {
 	o := testOpts{segmentSize: 1 << 20, prealloc: true}
 	l := openLog(t, dir, o)
 	defer l.Close()
-	var next uint64 = 1
-	for l.spare == nil {
-		mustSave(t, l, nil, bigEnts(next, next+9, 1, 1000), nil)
-		next += 10
-	}
+	next := saveUntil(t, l, 1, func() bool { return l.spare != nil })
 	<-l.spare.done
 	if l.spare.err == nil {
 		t.Fatal("a spare was written with less than two segments free")
@@ -269,11 +263,35 @@ func TestNoSpareOnNearlyFullDisk(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, spareName)); !os.IsNotExist(err) {
 		t.Fatalf("spare file after the refusal: %v", err)
 	}
-	for len(l.segs) < 2 {
-		mustSave(t, l, nil, bigEnts(next, next+9, 1, 1000), nil)
-		next += 10
-	}
+	saveUntil(t, l, next, func() bool { return len(l.segs) == 2 })
 	if l.zeroed {
 		t.Fatal("the new segment claims to be a spare")
+	}
+}
+
+// Close stops a spare still being written, waits for its goroutine and
+// removes its file.
+func TestCloseStopsSpare(t *testing.T) {
+	if !canZeroFill {
+		t.Skip("no spare segments on this platform")
+	}
+	dir := t.TempDir()
+	// 64 MiB at spareWriteRate takes 2 s: Close comes long before.
+	l := openLog(t, dir, testOpts{segmentSize: 64 << 20, prealloc: true})
+	saveUntil(t, l, 1, func() bool { return l.spare != nil })
+	s := l.spare
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-s.done:
+	default:
+		t.Fatal("Close returned before the spare's goroutine ended")
+	}
+	if !errors.Is(s.err, errSpareStopped) {
+		t.Fatalf("spare ended with %v, want it stopped", s.err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, spareName)); !os.IsNotExist(err) {
+		t.Fatalf("spare file after Close: %v", err)
 	}
 }

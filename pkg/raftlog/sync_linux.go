@@ -52,13 +52,3 @@ func renameNoReplace(from, to string) error {
 		}
 	}
 }
-
-// freeBytes is the space an unprivileged writer may still use in dir's file
-// system.
-func freeBytes(dir string) (int64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
-}

@@ -16,5 +16,3 @@ func preallocate(*os.File, int64) error { return nil }
 const canZeroFill = false
 
 func renameNoReplace(string, string) error { return errors.ErrUnsupported }
-
-func freeBytes(string) (int64, error) { return 0, errors.ErrUnsupported }

@@ -23,14 +23,14 @@ import "sync"
 // kvd's put p99 by 12-30% at 4 GiB of data.
 const bufferMmapMin = 1 << 20
 
-var buffers struct {
+var buffers = struct {
 	sync.Mutex
 	// live holds the first byte of every mapped buffer in use, so that
 	// freeBuffer takes back only those, and each once.
 	live map[*byte]struct{}
 	// idle holds freed mappings by length, their pages dropped.
 	idle map[int][][]byte
-}
+}{live: map[*byte]struct{}{}, idle: map[int][][]byte{}}
 
 // allocBuffer returns n zeroed bytes.
 func allocBuffer(n int, tag string) []byte {
@@ -49,10 +49,6 @@ func allocBuffer(n int, tag string) []byte {
 		if b, err = mmapAnon(n); err != nil {
 			return Calloc(n, tag)
 		}
-	}
-	if buffers.live == nil {
-		buffers.live = make(map[*byte]struct{})
-		buffers.idle = make(map[int][][]byte)
 	}
 	buffers.live[&b[0]] = struct{}{}
 	return b
