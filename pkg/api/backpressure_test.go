@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/raftnode"
 )
 
 // gapRaft is a raft whose commit index is set by the test; it records
@@ -26,6 +27,11 @@ func (r *gapRaft) CommitIndex() uint64 { return r.commit }
 func (r *gapRaft) Propose(context.Context, []byte) error {
 	r.proposed++
 	return errProposed
+}
+func (r *gapRaft) ProposeAsync(_ context.Context, _ []byte, id uint64, dropped raftnode.Dropped) error {
+	r.proposed++
+	dropped.ProposalDropped(id, errProposed)
+	return nil
 }
 
 // TestProposalsRefusedWhenApplyLagsCommit: as etcd's

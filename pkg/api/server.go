@@ -27,6 +27,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/pluginhost"
+	"github.com/kvd-dev/kvd/pkg/raftnode"
 	"github.com/kvd-dev/kvd/pkg/watchhub"
 )
 
@@ -34,6 +35,9 @@ import (
 type Raft interface {
 	ID() uint64
 	Propose(ctx context.Context, data []byte) error
+	// ProposeAsync queues data for raft without waiting for its answer;
+	// a refusal reaches dropped with id.
+	ProposeAsync(ctx context.Context, data []byte, id uint64, dropped raftnode.Dropped) error
 	// ReadIndex fails with an error wrapping context.DeadlineExceeded
 	// when raft has not answered within the request timeout (the round's
 	// timeout, shared by its callers: none pays for a timer of its own).
@@ -277,7 +281,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	// req is the entry's request from here on: the applier uses it rather
 	// than decode the entry, and nothing here changes it.
 	ch := s.Registry.RegisterRequest(cctx, proposal, id, req)
-	err = s.Raft.Propose(pctx, data)
+	err = s.Raft.ProposeAsync(pctx, data, id, s.Registry)
 	pspan.End()
 	if err != nil {
 		s.Registry.Cancel(id)
@@ -287,7 +291,12 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	}
 	select {
 	case res := <-ch:
-		return res, nil
+		if res.Dropped == nil {
+			return res, nil
+		}
+		commit.End()
+		s.count(s.ProposalsFailed)
+		return apply.Result{}, s.raftErr(ctx, res.Dropped)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired:

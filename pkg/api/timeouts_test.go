@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
+	"github.com/kvd-dev/kvd/pkg/raftnode"
 )
 
 // A proposal's shared timeout never fires before the request timeout has
@@ -49,6 +50,9 @@ func TestSharedTimeoutsNeverEarly(t *testing.T) {
 type stuckRaft struct{ gapRaft }
 
 func (r *stuckRaft) Propose(context.Context, []byte) error { return nil }
+func (r *stuckRaft) ProposeAsync(context.Context, []byte, uint64, raftnode.Dropped) error {
+	return nil
+}
 
 // A proposal that is never applied fails with "request timed out" after
 // the request timeout, without a deadline of the caller's, is counted as

@@ -13,6 +13,9 @@ import (
 type Result struct {
 	Resp proto.Message
 	Err  error
+	// Dropped is raft's refusal of the proposal (Registry.ProposalDropped): it was
+	// never appended, so it was not applied either.
+	Dropped error
 	// Compacted is closed when a physical compaction finished.
 	Compacted <-chan struct{}
 }
@@ -98,6 +101,10 @@ func (r *Registry) Trigger(id uint64, res Result) {
 		w.ch <- res
 	}
 }
+
+// ProposalDropped tells id's waiter, if any, that raft refused its
+// proposal (raftnode.Dropped).
+func (r *Registry) ProposalDropped(id uint64, err error) { r.Trigger(id, Result{Dropped: err}) }
 
 // Applied publishes the applied index and lets readers wait for it.
 type Applied struct {

@@ -72,7 +72,17 @@ var errcPool = sync.Pool{New: func() any { return make(chan error, 1) }}
 type proposal struct {
 	ctx  context.Context
 	data []byte
-	errc chan error
+	// errc receives raft's answer (Propose); or, with errc nil, dropped
+	// hears of a refusal only (ProposeAsync).
+	errc    chan error
+	dropped Dropped
+	id      uint64
+}
+
+// Dropped hears of the proposals raft refused (ProposeAsync). It is
+// called on the driver goroutine and must not block.
+type Dropped interface {
+	ProposalDropped(id uint64, err error)
 }
 
 type confRequest struct {
@@ -311,6 +321,22 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	}
 }
 
+// ProposeAsync hands data to the driver and returns without waiting for
+// raft's answer: a caller that waits for the entry to apply anyway learns
+// of a refusal through dropped, with id, instead of parking once more per
+// request to hear that raft accepted. It fails only if ctx ends or the
+// driver stops before the proposal is queued.
+func (n *Node) ProposeAsync(ctx context.Context, data []byte, id uint64, dropped Dropped) error {
+	select {
+	case n.propc <- proposal{ctx: ctx, data: data, dropped: dropped, id: id}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopped:
+		return ErrStopped
+	}
+}
+
 // ReadIndex returns an index such that a read served once the applied index
 // reaches it is linearizable. Concurrent callers share one raft round.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
@@ -440,7 +466,12 @@ func (n *Node) propose(p proposal) {
 	if err == nil && n.cfg.Tracer != nil && n.lead.Load() == n.cfg.ID {
 		n.pendingTraces = append(n.pendingTraces, p.ctx)
 	}
-	p.errc <- err
+	switch {
+	case p.errc != nil:
+		p.errc <- err
+	case err != nil:
+		p.dropped.ProposalDropped(p.id, err)
+	}
 }
 
 func (n *Node) handleReady() error {

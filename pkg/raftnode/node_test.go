@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -250,5 +251,72 @@ func runNode(t *testing.T, n *Node, l *raftlog.Log) *actors.Group {
 func stopGroup(t *testing.T, g *actors.Group) {
 	if err := g.Stop(); err != nil {
 		t.Error(err)
+	}
+}
+
+// droppedRecorder records the proposals raft refused (Dropped).
+type droppedRecorder struct {
+	mu  sync.Mutex
+	ids map[uint64]error
+	got chan struct{}
+}
+
+func (d *droppedRecorder) ProposalDropped(id uint64, err error) {
+	d.mu.Lock()
+	d.ids[id] = err
+	d.mu.Unlock()
+	d.got <- struct{}{}
+}
+
+func TestProposeAsyncAppliesOrReportsTheDrop(t *testing.T) {
+	h := start(t, t.TempDir())
+	defer h.stop(t)
+	waitFor(t, "leadership", func() bool { return h.node.Leader() == 1 })
+	d := &droppedRecorder{ids: map[uint64]error{}, got: make(chan struct{}, 100)}
+	const n = 50
+	for i := 0; i < n; i++ {
+		if err := h.node.ProposeAsync(context.Background(), []byte(fmt.Sprintf("a%02d", i)), uint64(i), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the proposals applied", func() bool { a, _ := h.app.snapshot(); return len(a) == n })
+	applied, _ := h.app.snapshot()
+	for i, data := range applied {
+		if want := fmt.Sprintf("a%02d", i); string(data) != want {
+			t.Fatalf("entry %d is %q, want %q", i, data, want)
+		}
+	}
+	if len(d.ids) != 0 {
+		t.Fatalf("accepted proposals reported dropped: %v", d.ids)
+	}
+
+	// A member of three that hears from no peer has no leader: raft
+	// refuses, and the refusal reaches Dropped with the proposal's id.
+	l, err := raftlog.Open(raftlog.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lone, err := New(Config{ID: 1, Peers: []raft.Peer{{ID: 1}, {ID: 2}, {ID: 3}}, TickInterval: time.Hour,
+		ElectionTicks: 10, HeartbeatTicks: 1, Log: l, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
+	g.Go("raft", lone)
+	g.Go("wal", NewWALWriter(l, lone, nil))
+	defer g.Stop()
+	if err := lone.ProposeAsync(context.Background(), []byte("x"), 77, d); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no drop reported for a proposal without a leader")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err, ok := d.ids[77]; !ok || !errors.Is(err, raft.ErrProposalDropped) {
+		t.Fatalf("drops %v, want id 77 with %v", d.ids, raft.ErrProposalDropped)
 	}
 }

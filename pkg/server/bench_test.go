@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 
@@ -11,6 +12,33 @@ import (
 
 // The member benchmarks drive a real member over gRPC on loopback, with
 // b.SetParallelism(16) goroutines per CPU as concurrent clients.
+
+// reportSchedPerOp reports, when the benchmark ends, the goroutine
+// wake-ups per operation ("sched/op", client and server together) as the
+// runtime samples them: its scheduling latency histogram tracks one
+// transition in eight per goroutine, so compare builds, not the figure with
+// a count. A park and wake-up is a cost that server CPU on a shared machine
+// blurs but this count does not.
+func reportSchedPerOp(b *testing.B) {
+	start := schedEvents()
+	b.Cleanup(func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(schedEvents()-start)/float64(b.N), "sched/op")
+		}
+	})
+}
+
+// schedEvents is the number of samples in the runtime's scheduling latency
+// histogram so far.
+func schedEvents() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
+}
 
 func benchMember(b *testing.B, engine string) *member {
 	c := testConfig(b, engine, b.TempDir())
@@ -27,6 +55,7 @@ func BenchmarkMemberPut(b *testing.B) {
 			var n atomic.Int64
 			b.SetParallelism(16)
 			b.ResetTimer()
+			reportSchedPerOp(b)
 			b.RunParallel(func(pb_ *testing.PB) {
 				for pb_.Next() {
 					k := fmt.Sprintf("key-%d", n.Add(1)%10000)
