@@ -13,8 +13,8 @@ import (
 type Result struct {
 	Resp proto.Message
 	Err  error
-	// Dropped is raft's refusal of the proposal (Registry.ProposalDropped): it was
-	// never appended, so it was not applied either.
+	// Dropped is raft's refusal of the proposal (Registry.ProposalDropped):
+	// it was never appended, so it was not applied either.
 	Dropped error
 	// Compacted is closed when a physical compaction finished.
 	Compacted <-chan struct{}

@@ -286,8 +286,11 @@ func TestProposeAsyncAppliesOrReportsTheDrop(t *testing.T) {
 			t.Fatalf("entry %d is %q, want %q", i, data, want)
 		}
 	}
-	if len(d.ids) != 0 {
-		t.Fatalf("accepted proposals reported dropped: %v", d.ids)
+	d.mu.Lock()
+	accepted := len(d.ids) == 0
+	d.mu.Unlock()
+	if !accepted {
+		t.Fatal("accepted proposals were reported dropped")
 	}
 
 	// A member of three that hears from no peer has no leader: raft
@@ -305,7 +308,7 @@ func TestProposeAsyncAppliesOrReportsTheDrop(t *testing.T) {
 	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
 	g.Go("raft", lone)
 	g.Go("wal", NewWALWriter(l, lone, nil))
-	defer g.Stop()
+	defer stopGroup(t, g)
 	if err := lone.ProposeAsync(context.Background(), []byte("x"), 77, d); err != nil {
 		t.Fatal(err)
 	}
