@@ -307,7 +307,8 @@ type Backend struct {
 // Bolt holds bbolt's options.
 type Bolt struct {
 	// InitialMmapSize is the size bbolt maps up front, so readers do not block
-	// on a remap while the file grows.
+	// on a remap while the file grows; 0 takes etcd's size (see
+	// Config.BoltInitialMmapSize).
 	InitialMmapSize int64 `yaml:"initial-mmap-size"`
 	// FreelistType is "map" or "array".
 	FreelistType string `yaml:"freelist-type"`
@@ -389,8 +390,7 @@ func defaults() *Config {
 		Backend: Backend{
 			Engine: EngineBolt,
 			Bolt: Bolt{
-				InitialMmapSize: 10 << 30,
-				FreelistType:    "map",
+				FreelistType: "map",
 			},
 		},
 		Tracing: Tracing{
@@ -408,6 +408,23 @@ func Default() *Config {
 	c := defaults()
 	c.Complete()
 	return c
+}
+
+// BoltInitialMmapSize is the size of bbolt's first memory map:
+// backend.bolt.initial-mmap-size when it is set; else, as etcd, the backend
+// quota plus 10% when quota-backend-bytes sets a quota other than the
+// default; else 0, bbolt's backend default (10 GiB). A file that outgrows
+// its first map is mapped again, and the new map reads the whole file in
+// (MAP_POPULATE): sized from the quota, the map holds the file until the
+// quota alarm, and only the pages read are resident.
+func (c *Config) BoltInitialMmapSize() int64 {
+	if n := c.Backend.Bolt.InitialMmapSize; n > 0 {
+		return n
+	}
+	if q := c.QuotaBackendBytes; q > 0 && q != DefaultQuotaBackendBytes {
+		return q + q/10
+	}
+	return 0
 }
 
 // Complete fills the fields whose defaults derive from other fields. It only

@@ -485,3 +485,26 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// bbolt's first map follows etcd's rule: the configured size, else the
+// quota plus 10% when a quota other than the default is set, else bbolt's
+// default (0 here).
+func TestBoltInitialMmapSize(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		mmap, quota int64
+		want        int64
+	}{
+		{"defaults", 0, 0, 0},
+		{"default quota", 0, DefaultQuotaBackendBytes, 0},
+		{"no quota", 0, -1, 0},
+		{"quota of 17 GiB", 0, 17 << 30, 17<<30 + 17<<30/10},
+		{"set, with a quota", 1 << 30, 17 << 30, 1 << 30},
+	} {
+		c := Default()
+		c.Backend.Bolt.InitialMmapSize, c.QuotaBackendBytes = tc.mmap, tc.quota
+		if got := c.BoltInitialMmapSize(); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

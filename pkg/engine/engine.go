@@ -45,7 +45,7 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 	switch name {
 	case "bolt":
 		be, err = bolt.Open(opts, bolt.Options{
-			InitialMmapSize: int(c.Backend.Bolt.InitialMmapSize),
+			InitialMmapSize: int(c.BoltInitialMmapSize()),
 			FreelistType:    c.Backend.Bolt.FreelistType,
 			NoSync:          c.UnsafeNoFsync,
 			Logger:          lg.Named("bolt"),
