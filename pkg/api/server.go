@@ -294,9 +294,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 		if res.Dropped == nil {
 			return res, nil
 		}
-		commit.End()
-		s.count(s.ProposalsFailed)
-		return apply.Result{}, s.raftErr(ctx, res.Dropped)
+		err = res.Dropped
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired:

@@ -8,6 +8,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
 
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
@@ -82,3 +83,42 @@ func TestProposalTimesOut(t *testing.T) {
 type countingCounter struct{ n int }
 
 func (c *countingCounter) Inc() { c.n++ }
+
+// droppingRaft refuses every proposal as raft does (ErrProposalDropped),
+// through the driver's drop report; leader is who it says leads.
+type droppingRaft struct {
+	gapRaft
+	leader uint64
+}
+
+func (r *droppingRaft) Leader() uint64 { return r.leader }
+func (r *droppingRaft) ProposeAsync(_ context.Context, _ []byte, id uint64, dropped raftnode.Dropped) error {
+	dropped.ProposalDropped(id, raft.ErrProposalDropped)
+	return nil
+}
+
+// A proposal raft refuses fails at once, as etcd's: "no leader" without a
+// leader, "request timed out" with one (a leadership transfer); it is
+// counted as failed and leaves no waiter behind.
+func TestDroppedProposalFailsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		leader uint64
+		want   error
+	}{{0, rpctypes.ErrGRPCNoLeader}, {2, rpctypes.ErrGRPCTimeout}} {
+		failed := &countingCounter{}
+		// A proposal left waiting would hang the test, not pass it.
+		s := New(Config{RequestTimeout: time.Hour, MaxRequestBytes: 1 << 20}, Deps{
+			Raft: &droppingRaft{leader: tc.leader}, Registry: apply.NewRegistry(), Applied: apply.NewApplied(0), ProposalsFailed: failed,
+		})
+		_, err := s.propose(context.Background(), &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("k")}})
+		if !errors.Is(err, tc.want) {
+			t.Errorf("leader %d: %v, want %v", tc.leader, err, tc.want)
+		}
+		if failed.n != 1 {
+			t.Errorf("leader %d: %d proposals counted failed, want 1", tc.leader, failed.n)
+		}
+		if n := s.Registry.Len(); n != 0 {
+			t.Errorf("leader %d: %d waiters left", tc.leader, n)
+		}
+	}
+}
