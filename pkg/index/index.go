@@ -80,8 +80,7 @@ func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 		ti.live.Add(1)
 	}
 	ki.put(rev)
-	g := &ki.generations[len(ki.generations)-1]
-	return g.created, g.ver
+	return ki.current()
 }
 
 // Tombstone records a delete of key at rev, ending its current generation.

@@ -197,76 +197,83 @@ func TestIndexCompactPreservesReads(t *testing.T) {
 		ti := New()
 		hist := map[string][]event{}
 		main := int64(1)
-		for range 40 {
-			main++
-			nsub := 1 + rng.IntN(3)
-			for sub := range nsub {
-				k := keys[rng.IntN(len(keys))]
-				rev := rs(main, int64(sub))
-				if rng.IntN(3) == 0 {
-					if ti.Tombstone(bs(k), rev) == nil {
-						hist[k] = append(hist[k], event{rev, true})
-					}
-					continue
-				}
-				ti.Put(bs(k), rev)
-				hist[k] = append(hist[k], event{rev, false})
-			}
-		}
-		compactAt := []int64{1 + rng.Int64N(main), 1 + rng.Int64N(main)}
-		if compactAt[0] > compactAt[1] {
-			compactAt[0], compactAt[1] = compactAt[1], compactAt[0]
-		}
-		for _, c := range compactAt {
-			want, wantKept := set(), set()
-			for _, evs := range hist {
-				var last *event
-				for i := range evs {
-					if evs[i].rev.Main <= c {
-						last = &evs[i]
-					}
-				}
-				if last != nil && !last.tomb {
-					want[last.rev] = struct{}{}
-				}
-				if last != nil && (!last.tomb || last.rev.Main == c) {
-					wantKept[last.rev] = struct{}{}
-				}
-			}
-			if keep := ti.Keep(c); !reflect.DeepEqual(keep, want) {
-				t.Fatalf("iter %d: Keep(%d) = %v, want %v\n%v", iter, c, keep, want, hist)
-			}
-			if avail := ti.Compact(c); !reflect.DeepEqual(avail, wantKept) {
-				t.Fatalf("iter %d: Compact(%d) = %v, want %v", iter, c, avail, wantKept)
-			}
-			if err := ti.check(); err != nil {
-				t.Fatalf("iter %d: after Compact(%d): %v", iter, c, err)
-			}
-			for _, k := range keys {
-				for at := c; at <= main+1; at++ {
-					wmod, wcreated, wver, ok := modelGet(hist[k], at)
-					mod, created, ver, err := ti.Get(bs(k), at)
-					if ok != (err == nil) || mod != wmod || created != wcreated || ver != wver {
-						t.Fatalf("iter %d: after Compact(%d) Get(%s, %d) = %v %v %d %v, want %v %v %d found=%v",
-							iter, c, k, at, mod, created, ver, err, wmod, wcreated, wver, ok)
-					}
-				}
-				var wsince []Revision
-				for _, e := range hist[k] {
-					if e.rev.Main < c {
+		// Rounds of writes and compactions: a key compacted down to one
+		// revision takes the compact form, and the next round writes to it
+		// again.
+		compacted := int64(0)
+		for range 3 {
+			for range rng.IntN(41) {
+				main++
+				nsub := 1 + rng.IntN(3)
+				for sub := range nsub {
+					k := keys[rng.IntN(len(keys))]
+					rev := rs(main, int64(sub))
+					if rng.IntN(3) == 0 {
+						if ti.Tombstone(bs(k), rev) == nil {
+							hist[k] = append(hist[k], event{rev, true})
+						}
 						continue
 					}
-					if n := len(wsince); n > 0 && wsince[n-1].Main == e.rev.Main {
-						wsince[n-1] = e.rev
-						continue
-					}
-					wsince = append(wsince, e.rev)
-				}
-				// Since at or after the compaction point sees every event.
-				if got := ti.RangeSince(bs(k), nil, c); !reflect.DeepEqual(got, wsince) {
-					t.Fatalf("iter %d: RangeSince(%s, %d) = %v, want %v", iter, k, c, got, wsince)
+					ti.Put(bs(k), rev)
+					hist[k] = append(hist[k], event{rev, false})
 				}
 			}
+			compactAt := []int64{compacted + rng.Int64N(main-compacted+1), compacted + rng.Int64N(main-compacted+1)}
+			if compactAt[0] > compactAt[1] {
+				compactAt[0], compactAt[1] = compactAt[1], compactAt[0]
+			}
+			for _, c := range compactAt {
+				want, wantKept := set(), set()
+				for _, evs := range hist {
+					var last *event
+					for i := range evs {
+						if evs[i].rev.Main <= c {
+							last = &evs[i]
+						}
+					}
+					if last != nil && !last.tomb {
+						want[last.rev] = struct{}{}
+					}
+					if last != nil && (!last.tomb || last.rev.Main == c) {
+						wantKept[last.rev] = struct{}{}
+					}
+				}
+				if keep := ti.Keep(c); !reflect.DeepEqual(keep, want) {
+					t.Fatalf("iter %d: Keep(%d) = %v, want %v\n%v", iter, c, keep, want, hist)
+				}
+				if avail := ti.Compact(c); !reflect.DeepEqual(avail, wantKept) {
+					t.Fatalf("iter %d: Compact(%d) = %v, want %v", iter, c, avail, wantKept)
+				}
+				if err := ti.check(); err != nil {
+					t.Fatalf("iter %d: after Compact(%d): %v", iter, c, err)
+				}
+				for _, k := range keys {
+					for at := c; at <= main+1; at++ {
+						wmod, wcreated, wver, ok := modelGet(hist[k], at)
+						mod, created, ver, err := ti.Get(bs(k), at)
+						if ok != (err == nil) || mod != wmod || created != wcreated || ver != wver {
+							t.Fatalf("iter %d: after Compact(%d) Get(%s, %d) = %v %v %d %v, want %v %v %d found=%v",
+								iter, c, k, at, mod, created, ver, err, wmod, wcreated, wver, ok)
+						}
+					}
+					var wsince []Revision
+					for _, e := range hist[k] {
+						if e.rev.Main < c {
+							continue
+						}
+						if n := len(wsince); n > 0 && wsince[n-1].Main == e.rev.Main {
+							wsince[n-1] = e.rev
+							continue
+						}
+						wsince = append(wsince, e.rev)
+					}
+					// Since at or after the compaction point sees every event.
+					if got := ti.RangeSince(bs(k), nil, c); !reflect.DeepEqual(got, wsince) {
+						t.Fatalf("iter %d: RangeSince(%s, %d) = %v, want %v", iter, k, c, got, wsince)
+					}
+				}
+			}
+			compacted = compactAt[1]
 		}
 	}
 }
@@ -393,5 +400,38 @@ func TestIndexPutReturnsGeneration(t *testing.T) {
 		if err != nil || gc != created || gv != ver {
 			t.Fatalf("get %s at %d: created %v version %d (%v), put said %v and %d", tc.key, tc.rev.Main, gc, gv, err, created, ver)
 		}
+	}
+}
+
+// A key put once, or rebuilt from the backend, takes two heap objects (the
+// key index in its compact form and the copy of the key): the memory per key
+// of a large store. The tree's nodes add a fraction of an object per key. A
+// put to a key whose history has room allocates nothing.
+func TestIndexObjectsPerKey(t *testing.T) {
+	const n = 4096
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%08d", i)
+	}
+	for _, tt := range []struct {
+		name string
+		add  func(ti *Index, i int)
+	}{
+		{"put", func(ti *Index, i int) { ti.Put(keys[i], r(int64(i+1))) }},
+		{"restore", func(ti *Index, i int) { ti.Restore(keys[i], r(int64(i+1)), r(int64(i+1)), 1) }},
+	} {
+		ti := New()
+		i := 0
+		perKey := testing.AllocsPerRun(n-1, func() { tt.add(ti, i); i++ })
+		if perKey > 2.2 {
+			t.Errorf("%s: %.2f allocations per new key, want 2 and the tree's share", tt.name, perKey)
+		}
+	}
+	ti := New()
+	ti.Put(keys[0], r(1))
+	ti.Put(keys[0], r(2)) // the history takes room for the next revisions
+	rev := int64(3)
+	if again := testing.AllocsPerRun(1, func() { ti.Put(keys[0], r(rev)); rev++ }); again != 0 {
+		t.Errorf("a put to a key with history allocated %.0f times, want 0", again)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -36,6 +37,12 @@ func newTestKeyIndex(t *testing.T) *keyIndex {
 		t.Fatal(err)
 	}
 	return ki
+}
+
+// generationsOf returns a copy of ki's generations, whatever its form.
+func generationsOf(ki *keyIndex) []generation {
+	var buf [1]generation
+	return slices.Clone(ki.generations(&buf))
 }
 
 func mustTombstone(t *testing.T, ki *keyIndex, rev Revision) {
@@ -135,8 +142,8 @@ func TestKeyIndexPutAndTombstone(t *testing.T) {
 		{created: r(5), ver: 3, revs: []Revision{r(5), r(7), r(9)}},
 		{created: rs(11, 2), ver: 1, revs: []Revision{rs(11, 2)}},
 	}
-	if !reflect.DeepEqual(ki.generations, want) || ki.modified != rs(11, 2) {
-		t.Fatalf("generations = %+v modified %v, want %+v", ki.generations, ki.modified, want)
+	if !reflect.DeepEqual(generationsOf(ki), want) || ki.modified() != rs(11, 2) {
+		t.Fatalf("generations = %+v modified %v, want %+v", generationsOf(ki), ki.modified(), want)
 	}
 	if err := ki.check(); err != nil {
 		t.Fatal(err)
@@ -164,7 +171,8 @@ func TestKeyIndexRestore(t *testing.T) {
 
 func TestKeyIndexFindGeneration(t *testing.T) {
 	ki := newTestKeyIndex(t)
-	g0, g1, g2 := &ki.generations[0], &ki.generations[1], &ki.generations[2]
+	all := ki.hist.generations
+	g0, g1, g2 := &all[0], &all[1], &all[2]
 	tests := []struct {
 		rev  int64
 		want *generation
@@ -174,7 +182,7 @@ func TestKeyIndexFindGeneration(t *testing.T) {
 		{13, nil}, {14, g2}, {15, g2}, {16, nil}, {17, nil},
 	}
 	for _, tt := range tests {
-		if got := ki.findGeneration(tt.rev); got != tt.want {
+		if got := findGeneration(all, tt.rev); got != tt.want {
 			t.Errorf("findGeneration(%d) = %p, want %p", tt.rev, got, tt.want)
 		}
 	}
@@ -234,13 +242,13 @@ func TestKeyIndexCompactAndKeep(t *testing.T) {
 			if !reflect.DeepEqual(keep, tt.wkeep) {
 				t.Errorf("keep = %v, want %v", keep, tt.wkeep)
 			}
-			if !reflect.DeepEqual(ki.generations, gensFrom(0, nil)) {
-				t.Errorf("keep changed the key index: %+v", ki.generations)
+			if !reflect.DeepEqual(generationsOf(ki), gensFrom(0, nil)) {
+				t.Errorf("keep changed the key index: %+v", generationsOf(ki))
 			}
 			avail := map[Revision]struct{}{}
 			ki.compact(tt.rev, avail)
-			if !reflect.DeepEqual(ki.generations, tt.wgens) {
-				t.Errorf("generations = %+v, want %+v", ki.generations, tt.wgens)
+			if !reflect.DeepEqual(generationsOf(ki), tt.wgens) {
+				t.Errorf("generations = %+v, want %+v", generationsOf(ki), tt.wgens)
 			}
 			if !reflect.DeepEqual(avail, tt.wkept) {
 				t.Errorf("available = %v, want %v", avail, tt.wkept)
@@ -257,15 +265,15 @@ func TestKeyIndexCompactAndKeep(t *testing.T) {
 		ki.keep(tt.rev, keep)
 		avail := map[Revision]struct{}{}
 		ki.compact(tt.rev, avail)
-		if !reflect.DeepEqual(ki.generations, tt.wgens) {
-			t.Errorf("incremental %d: generations = %+v, want %+v", tt.rev, ki.generations, tt.wgens)
+		if !reflect.DeepEqual(generationsOf(ki), tt.wgens) {
+			t.Errorf("incremental %d: generations = %+v, want %+v", tt.rev, generationsOf(ki), tt.wgens)
 		}
 		if !reflect.DeepEqual(avail, tt.wkept) || !reflect.DeepEqual(keep, tt.wkeep) {
 			t.Errorf("incremental %d: available = %v keep = %v, want %v and %v", tt.rev, avail, keep, tt.wkept, tt.wkeep)
 		}
 	}
 	if !ki.isEmpty() {
-		t.Errorf("key index not empty after compacting past its last tombstone: %+v", ki.generations)
+		t.Errorf("key index not empty after compacting past its last tombstone: %+v", generationsOf(ki))
 	}
 }
 
@@ -277,8 +285,8 @@ func TestKeyIndexCompactOnFurtherRev(t *testing.T) {
 	avail := map[Revision]struct{}{}
 	ki.compact(3, avail)
 	want := []generation{{created: r(1), ver: 2, revs: []Revision{r(2)}}}
-	if !reflect.DeepEqual(ki.generations, want) || !reflect.DeepEqual(avail, set(r(2))) {
-		t.Fatalf("generations %+v available %v, want %+v {2}", ki.generations, avail, want)
+	if !reflect.DeepEqual(generationsOf(ki), want) || !reflect.DeepEqual(avail, set(r(2))) {
+		t.Fatalf("generations %+v available %v, want %+v {2}", generationsOf(ki), avail, want)
 	}
 }
 
@@ -292,11 +300,9 @@ func TestKeyIndexCompactDeleteAndPutInOneTxn(t *testing.T) {
 	ki.put(rs(3, 1))
 	for _, c := range []int64{3, 4} {
 		k := newKeyIndex([]byte("foo"))
-		k.generations = []generation{
-			{created: r(2), ver: 2, revs: []Revision{r(2), rs(3, 0)}},
-			{created: rs(3, 1), ver: 1, revs: []Revision{rs(3, 1)}},
-		}
-		k.modified = rs(3, 1)
+		k.put(r(2))
+		mustTombstone(t, k, rs(3, 0))
+		k.put(rs(3, 1))
 		avail := map[Revision]struct{}{}
 		k.compact(c, avail)
 		if !reflect.DeepEqual(avail, set(rs(3, 1))) {
@@ -306,7 +312,7 @@ func TestKeyIndexCompactDeleteAndPutInOneTxn(t *testing.T) {
 			t.Errorf("get(%d) after compact = %v %d %v, want 3.1 version 1", c, mod, ver, err)
 		}
 	}
-	if !reflect.DeepEqual(ki.generations[1].revs, []Revision{rs(3, 1)}) {
-		t.Fatalf("generations %+v", ki.generations)
+	if !reflect.DeepEqual(generationsOf(ki)[1].revs, []Revision{rs(3, 1)}) {
+		t.Fatalf("generations %+v", generationsOf(ki))
 	}
 }
