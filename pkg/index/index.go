@@ -1,11 +1,11 @@
 package index
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 )
@@ -21,8 +21,8 @@ import (
 // Range ends follow etcd: a nil or empty end selects the single key, end ==
 // []byte{0} selects every key >= key, otherwise the half-open range [key, end).
 //
-// Key slices handed to Put, Tombstone and Restore are copied; key slices
-// returned by Range belong to the index and must not be modified.
+// Key slices handed to Put, Tombstone and Restore are copied, and so are the
+// keys Range returns.
 type Index struct {
 	mu   sync.RWMutex
 	tree *btree.BTreeG[*keyIndex]
@@ -38,15 +38,20 @@ type Index struct {
 // New returns an empty index.
 func New() *Index {
 	return &Index{tree: btree.NewG(32, func(a, b *keyIndex) bool {
-		return bytes.Compare(a.key, b.key) < 0
+		return a.key < b.key
 	})}
 }
 
 // isFromKey reports whether end means "every key from key on".
 func isFromKey(end []byte) bool { return len(end) == 1 && end[0] == 0 }
 
+// pivotKey returns key as a string without copying it, for a search item
+// that lives only as long as one call into the tree: the tree compares it and
+// keeps nothing. Copying would cost a read an allocation per lookup.
+func pivotKey(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
+
 func (ti *Index) lookup(key []byte) *keyIndex {
-	ki, ok := ti.tree.Get(&keyIndex{key: key})
+	ki, ok := ti.tree.Get(&keyIndex{key: pivotKey(key)})
 	if !ok {
 		return nil
 	}
@@ -55,9 +60,9 @@ func (ti *Index) lookup(key []byte) *keyIndex {
 
 // lookupLocked is lookup for a caller holding mu exclusively.
 func (ti *Index) lookupLocked(key []byte) *keyIndex {
-	ti.pivot.key = key
+	ti.pivot.key = pivotKey(key)
 	ki, ok := ti.tree.Get(&ti.pivot)
-	ti.pivot.key = nil
+	ti.pivot.key = ""
 	if !ok {
 		return nil
 	}
@@ -73,7 +78,7 @@ func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 	defer ti.mu.Unlock()
 	ki := ti.lookupLocked(key)
 	if ki == nil {
-		ki = newKeyIndex(bytes.Clone(key))
+		ki = newKeyIndex(string(key))
 		ti.tree.ReplaceOrInsert(ki)
 	}
 	if !ki.isLive() {
@@ -113,7 +118,7 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 		ki.put(modified)
 		return
 	}
-	ki := newKeyIndex(bytes.Clone(key))
+	ki := newKeyIndex(string(key))
 	ki.restore(created, modified, ver)
 	ti.tree.ReplaceOrInsert(ki)
 	ti.live.Add(1)
@@ -133,7 +138,7 @@ func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 		}
 		return
 	}
-	ki := newKeyIndex(bytes.Clone(key))
+	ki := newKeyIndex(string(key))
 	ki.restoreTombstone(rev)
 	ti.tree.ReplaceOrInsert(ki)
 }
@@ -161,8 +166,8 @@ func (ti *Index) visit(key, end []byte, f func(ki *keyIndex) bool) {
 		return
 	}
 	fromKey := isFromKey(end)
-	ti.tree.AscendGreaterOrEqual(&keyIndex{key: key}, func(ki *keyIndex) bool {
-		if !fromKey && bytes.Compare(ki.key, end) >= 0 {
+	ti.tree.AscendGreaterOrEqual(&keyIndex{key: pivotKey(key)}, func(ki *keyIndex) bool {
+		if !fromKey && ki.key >= string(end) {
 			return false
 		}
 		return f(ki)
@@ -181,7 +186,7 @@ func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, 
 			return true
 		}
 		if limit <= 0 || len(revs) < limit {
-			keys = append(keys, ki.key)
+			keys = append(keys, []byte(ki.key))
 			revs = append(revs, rev)
 		}
 		total++

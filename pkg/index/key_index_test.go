@@ -23,7 +23,7 @@ func set(revs ...Revision) map[Revision]struct{} {
 //	{2.0, 4.0, 6.0(t)} {8.0, 10.0, 12.0(t)} {14.0, 14.1, 16.0(t)} {}
 func newTestKeyIndex(t *testing.T) *keyIndex {
 	t.Helper()
-	ki := newKeyIndex([]byte("foo"))
+	ki := newKeyIndex("foo")
 	ki.put(r(2))
 	ki.put(r(4))
 	mustTombstone(t, ki, r(6))
@@ -127,7 +127,7 @@ func TestKeyIndexSince(t *testing.T) {
 }
 
 func TestKeyIndexPutAndTombstone(t *testing.T) {
-	ki := newKeyIndex([]byte("foo"))
+	ki := newKeyIndex("foo")
 	if err := ki.tombstone(r(1)); !errors.Is(err, ErrRevisionNotFound) {
 		t.Fatalf("tombstone of a never written key: %v, want ErrRevisionNotFound", err)
 	}
@@ -157,7 +157,7 @@ func TestKeyIndexPutAndTombstone(t *testing.T) {
 }
 
 func TestKeyIndexRestore(t *testing.T) {
-	ki := newKeyIndex([]byte("foo"))
+	ki := newKeyIndex("foo")
 	ki.restore(r(3), r(7), 4)
 	ki.put(r(9))
 	mod, create, ver, err := ki.get(9)
@@ -279,7 +279,7 @@ func TestKeyIndexCompactAndKeep(t *testing.T) {
 
 // Compacting at a revision above the key's newest live put keeps that put.
 func TestKeyIndexCompactOnFurtherRev(t *testing.T) {
-	ki := newKeyIndex([]byte("foo"))
+	ki := newKeyIndex("foo")
 	ki.put(r(1))
 	ki.put(r(2))
 	avail := map[Revision]struct{}{}
@@ -294,12 +294,12 @@ func TestKeyIndexCompactOnFurtherRev(t *testing.T) {
 // tombstone and a put with the same main revision; compacting there must
 // keep the put (etcd's generation search would drop it).
 func TestKeyIndexCompactDeleteAndPutInOneTxn(t *testing.T) {
-	ki := newKeyIndex([]byte("foo"))
+	ki := newKeyIndex("foo")
 	ki.put(r(2))
 	mustTombstone(t, ki, rs(3, 0))
 	ki.put(rs(3, 1))
 	for _, c := range []int64{3, 4} {
-		k := newKeyIndex([]byte("foo"))
+		k := newKeyIndex("foo")
 		k.put(r(2))
 		mustTombstone(t, k, rs(3, 0))
 		k.put(rs(3, 1))
