@@ -406,7 +406,8 @@ func TestIndexPutReturnsGeneration(t *testing.T) {
 // A key put once, or rebuilt from the backend, takes two heap objects (the
 // key index in its compact form and the copy of the key): the memory per key
 // of a large store. The tree's nodes add a fraction of an object per key. A
-// put to a key whose history has room allocates nothing.
+// second put leaves the compact form with two allocations; a put to a key
+// whose history has room allocates nothing.
 func TestIndexObjectsPerKey(t *testing.T) {
 	const n = 4096
 	keys := make([][]byte, n)
@@ -428,9 +429,14 @@ func TestIndexObjectsPerKey(t *testing.T) {
 		}
 	}
 	ti := New()
-	ti.Put(keys[0], r(1))
-	ti.Put(keys[0], r(2)) // the history takes room for the next revisions
-	rev := int64(3)
+	for i := range keys {
+		ti.Put(keys[i], r(1))
+	}
+	// Leaving the compact form: the history and its revisions.
+	i, rev := 0, int64(2)
+	if second := testing.AllocsPerRun(n-1, func() { ti.Put(keys[i], r(rev)); i++; rev++ }); second != 2 {
+		t.Errorf("the second put to a key allocated %.0f times, want 2", second)
+	}
 	if again := testing.AllocsPerRun(1, func() { ti.Put(keys[0], r(rev)); rev++ }); again != 0 {
 		t.Errorf("a put to a key with history allocated %.0f times, want 0", again)
 	}

@@ -48,6 +48,9 @@ type keyIndex struct {
 // history is the full list of generations of a key not in the compact form.
 type history struct {
 	generations []generation
+	// first backs generations until a third generation is needed: leaving
+	// the compact form costs one allocation for the list, one for revs.
+	first [2]generation
 }
 
 type generation struct {
@@ -94,11 +97,12 @@ func (ki *keyIndex) generations(buf *[1]generation) []generation {
 // form cannot hold. Room for a second revision and a second generation is
 // made up front: the next change is a put or a tombstone.
 func (ki *keyIndex) inflate() {
-	gens := make([]generation, 1, 2)
+	h := &history{}
+	h.generations = h.first[:1]
 	if ki.last[0] != (Revision{}) {
-		gens[0] = generation{ver: ki.ver, created: ki.created, revs: append(make([]Revision, 0, 2), ki.last[0])}
+		h.first[0] = generation{ver: ki.ver, created: ki.created, revs: append(make([]Revision, 0, 2), ki.last[0])}
 	}
-	ki.hist = &history{generations: gens}
+	ki.hist = h
 	ki.created, ki.ver = Revision{}, 0
 }
 
