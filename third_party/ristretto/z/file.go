@@ -151,7 +151,7 @@ func (m *MmapFile) Sync() error {
 	if m == nil {
 		return nil
 	}
-	return Msync(m.Data)
+	return msync(m.Data) // kvd patch: not Msync, which drops the pages
 }
 
 func (m *MmapFile) Delete() error {
