@@ -15,6 +15,3 @@ var errNoAnonMmap = errors.New("no anonymous mmap on this platform")
 func mmapAnon(int) ([]byte, error) { return nil, errNoAnonMmap }
 
 func dropPages([]byte) error { return errNoAnonMmap }
-
-// dropMapped does nothing where madvise is not available (kvd patch).
-func dropMapped([]byte) error { return nil }

@@ -17,12 +17,3 @@ func mmapAnon(n int) ([]byte, error) {
 // dropPages gives b's pages back to the kernel; b stays mapped and reads
 // as zeros (kvd patch).
 func dropPages(b []byte) error { return unix.Madvise(b, unix.MADV_DONTNEED) }
-
-// dropMapped takes b's pages of a file mapping out of the process: the file
-// and the page cache keep them, and a read maps them in again (kvd patch).
-func dropMapped(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	return unix.Madvise(b, unix.MADV_DONTNEED)
-}

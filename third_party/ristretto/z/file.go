@@ -151,7 +151,7 @@ func (m *MmapFile) Sync() error {
 	if m == nil {
 		return nil
 	}
-	return msync(m.Data) // kvd patch: not Msync, which drops the pages
+	return Msync(m.Data)
 }
 
 func (m *MmapFile) Delete() error {

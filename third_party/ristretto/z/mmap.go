@@ -28,16 +28,6 @@ func Madvise(b []byte, readahead bool) error {
 }
 
 // Msync would call sync on the mmapped data.
-//
-// kvd patch: once synced, b's pages leave the mapping (they stay in the page
-// cache until the kernel wants the memory; a read faults back in what it
-// touches). Badger calls Msync on a table it has just written through its
-// map (table.CreateTable) and nowhere else: MmapFile.Sync, which its logs
-// use, calls msync alone. Without the drop every table a flush or a
-// compaction writes stays in the process's RSS until it is deleted.
 func Msync(b []byte) error {
-	if err := msync(b); err != nil {
-		return err
-	}
-	return dropMapped(b)
+	return msync(b)
 }
