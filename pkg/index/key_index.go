@@ -129,8 +129,8 @@ func (ki *keyIndex) current() (created Revision, ver int64) {
 // put appends rev to the current generation, creating it if it is empty.
 // rev must be greater than every revision already in ki.
 func (ki *keyIndex) put(rev Revision) {
-	if !rev.GreaterThan(ki.last[0]) {
-		panic(fmt.Sprintf("index: put %q at %v, not after last modification %v", ki.key, rev, ki.last[0]))
+	if !rev.GreaterThan(ki.modified()) {
+		panic(fmt.Sprintf("index: put %q at %v, not after last modification %v", ki.key, rev, ki.modified()))
 	}
 	if ki.hist == nil {
 		if ki.last[0] == (Revision{}) {
@@ -371,8 +371,8 @@ func (ki *keyIndex) check() error {
 			prev, first = r, false
 		}
 	}
-	if !first && prev != ki.last[0] {
-		return fmt.Errorf("key %q: modified %v, newest revision %v", ki.key, ki.last[0], prev)
+	if !first && prev != ki.modified() {
+		return fmt.Errorf("key %q: modified %v, newest revision %v", ki.key, ki.modified(), prev)
 	}
 	return nil
 }
