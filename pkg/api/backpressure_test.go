@@ -28,7 +28,7 @@ func (r *gapRaft) Propose(context.Context, []byte) error {
 	r.proposed++
 	return errProposed
 }
-func (r *gapRaft) ProposeAsync(_ context.Context, _ []byte, id uint64, dropped raftnode.Dropped) error {
+func (r *gapRaft) ProposeAsync(_ context.Context, _ []byte, id uint64, dropped raftnode.Dropped, _ bool) error {
 	r.proposed++
 	dropped.ProposalDropped(id, errProposed)
 	return nil

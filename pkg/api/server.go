@@ -36,8 +36,9 @@ type Raft interface {
 	ID() uint64
 	Propose(ctx context.Context, data []byte) error
 	// ProposeAsync queues data for raft without waiting for its answer;
-	// a refusal reaches dropped with id.
-	ProposeAsync(ctx context.Context, data []byte, id uint64, dropped raftnode.Dropped) error
+	// a refusal reaches dropped with id. A batchable proposal may share
+	// its raft entry with others.
+	ProposeAsync(ctx context.Context, data []byte, id uint64, dropped raftnode.Dropped, batchable bool) error
 	// ReadIndex fails with an error wrapping context.DeadlineExceeded
 	// when raft has not answered within the request timeout (the round's
 	// timeout, shared by its callers: none pays for a timer of its own).
@@ -239,6 +240,12 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 // many entries plus the proposals already past the check.
 const MaxGapBetweenApplyAndCommitIndex = 5000
 
+// batchable: the KV writes, the requests worth sharing a raft entry (the
+// rest are rare, and an Authenticate's token names its entry's index).
+func batchable(req *pb.InternalRaftRequest) bool {
+	return req.Put != nil || req.DeleteRange != nil || req.Txn != nil
+}
+
 // propose sends req through raft and waits for its applied result.
 func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
 	if s.Applied != nil && s.Raft.CommitIndex() > s.Applied.Index()+MaxGapBetweenApplyAndCommitIndex {
@@ -281,7 +288,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	// req is the entry's request from here on: the applier uses it rather
 	// than decode the entry, and nothing here changes it.
 	ch := s.Registry.RegisterRequest(cctx, proposal, id, req)
-	err = s.Raft.ProposeAsync(pctx, data, id, s.Registry)
+	err = s.Raft.ProposeAsync(pctx, data, id, s.Registry, batchable(req))
 	pspan.End()
 	if err != nil {
 		s.Registry.Cancel(id)

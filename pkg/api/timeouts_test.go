@@ -51,7 +51,7 @@ func TestSharedTimeoutsNeverEarly(t *testing.T) {
 type stuckRaft struct{ gapRaft }
 
 func (r *stuckRaft) Propose(context.Context, []byte) error { return nil }
-func (r *stuckRaft) ProposeAsync(context.Context, []byte, uint64, raftnode.Dropped) error {
+func (r *stuckRaft) ProposeAsync(context.Context, []byte, uint64, raftnode.Dropped, bool) error {
 	return nil
 }
 
@@ -92,7 +92,7 @@ type droppingRaft struct {
 }
 
 func (r *droppingRaft) Leader() uint64 { return r.leader }
-func (r *droppingRaft) ProposeAsync(_ context.Context, _ []byte, id uint64, dropped raftnode.Dropped) error {
+func (r *droppingRaft) ProposeAsync(_ context.Context, _ []byte, id uint64, dropped raftnode.Dropped, _ bool) error {
 	dropped.ProposalDropped(id, raft.ErrProposalDropped)
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/actors"
 	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/authz"
+	"github.com/kvd-dev/kvd/pkg/entrybatch"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -250,19 +251,18 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 			if e.GetIndex() <= ci || len(e.GetData()) == 0 {
 				continue
 			}
-			req, err := a.request(e)
+			if !entrybatch.Is(e.GetData()) {
+				if err := a.applyData(b, e.GetIndex(), e.GetData()); err != nil {
+					return err
+				}
+				continue
+			}
+			err := entrybatch.Split(e.GetData(), func(data []byte) error {
+				return a.applyData(b, e.GetIndex(), data)
+			})
 			if err != nil {
-				return err
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
-			id := req.GetHeader().GetID()
-			if id == 0 {
-				id = req.ID
-			}
-			res := a.applyRequest(b, req, e.GetIndex())
-			if a.fatal != nil {
-				return a.fatal
-			}
-			a.results = append(a.results, pending{id: id, res: res})
 		}
 		if last.GetIndex() > ci {
 			b.SetConsistentIndex(last.GetIndex(), last.GetTerm())
@@ -285,19 +285,39 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 	return nil
 }
 
-// request is entry e's request: the one this member proposed, kept in the
-// wait registry, or else decoded (another member's proposal, a replay after
-// a restart, a proposal whose caller gave up). Decoding is 2 µs and 3
-// allocations of a put (docs/benchmarks.md, "Where the CPU goes").
-func (a *Applier) request(e *raftpb.Entry) (*pb.InternalRaftRequest, error) {
-	if id := headerID(e.GetData()); id != 0 {
+// applyData applies one request of the entry at index (the entry's data,
+// or one request of a batched entry) and queues its result.
+func (a *Applier) applyData(b *mvcc.Batch, index uint64, data []byte) error {
+	req, err := a.request(index, data)
+	if err != nil {
+		return err
+	}
+	id := req.GetHeader().GetID()
+	if id == 0 {
+		id = req.ID
+	}
+	res := a.applyRequest(b, req, index)
+	if a.fatal != nil {
+		return a.fatal
+	}
+	a.results = append(a.results, pending{id: id, res: res})
+	return nil
+}
+
+// request is the request encoded in data, from the entry at index: the one
+// this member proposed, kept in the wait registry, or else decoded (another
+// member's proposal, a replay after a restart, a proposal whose caller gave
+// up). Decoding is 2 µs and 3 allocations of a put (docs/benchmarks.md,
+// "Where the CPU goes").
+func (a *Applier) request(index uint64, data []byte) (*pb.InternalRaftRequest, error) {
+	if id := headerID(data); id != 0 {
 		if req := a.cfg.Registry.Request(id); req != nil {
 			return req, nil
 		}
 	}
 	req := &pb.InternalRaftRequest{}
-	if err := proto.Unmarshal(e.GetData(), req); err != nil {
-		return nil, fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
+	if err := proto.Unmarshal(data, req); err != nil {
+		return nil, fmt.Errorf("decode entry %d: %w", index, err)
 	}
 	return req, nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/backend/enginetest"
+	"github.com/kvd-dev/kvd/pkg/entrybatch"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 )
 
@@ -228,6 +229,87 @@ func TestEventsFollowTheBatchInRevisionOrder(t *testing.T) {
 			if s := fmt.Sprintf("%s %s %d", ev.Type, ev.Kv.Key, ev.Kv.ModRevision); s != want[i] {
 				t.Errorf("event %d = %s, want %s", i, s, want[i])
 			}
+		}
+	})
+}
+
+// A batched entry applies its requests in order at the entry's index, each
+// answering its own waiter: those this member proposed from the registry,
+// the others decoded (a follower's view).
+func TestBatchedEntryAppliesEachRequest(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		var events []string
+		a.cfg.Events = func(evs []*mvccpb.Event) {
+			for _, ev := range evs {
+				events = append(events, fmt.Sprintf("%s %s %d", ev.Type, ev.Kv.Key, ev.Kv.ModRevision))
+			}
+		}
+		reqs := []*pb.InternalRaftRequest{
+			{Header: &pb.RequestHeader{ID: 1}, Put: &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}},
+			{Header: &pb.RequestHeader{ID: 2}, Txn: &pb.TxnRequest{
+				Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VERSION, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Version{Version: 1}}},
+				Success: []*pb.RequestOp{putReq("b", "2")}}},
+			{Header: &pb.RequestHeader{ID: 3}, Put: &pb.PutRequest{Key: []byte("x"), Lease: 9}}, // refused
+			{Header: &pb.RequestHeader{ID: 4}, DeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}},
+		}
+		reg := a.cfg.Registry
+		waits := []<-chan Result{
+			reg.RegisterRequest(t.Context(), nil, 1, reqs[0]), // proposed here
+			reg.Register(t.Context(), 2),                      // decoded
+			reg.Register(t.Context(), 3),
+			reg.RegisterRequest(t.Context(), nil, 4, reqs[3]),
+		}
+		batch := entrybatch.Begin(nil)
+		for _, r := range reqs {
+			data, err := proto.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = entrybatch.Append(batch, data)
+		}
+		one, err := proto.Marshal(&pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 5}, Put: &pb.PutRequest{Key: []byte("c"), Value: []byte("3")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, reg.Register(t.Context(), 5))
+		i1, i2, term := uint64(7), uint64(8), uint64(1)
+		ents := []*raftpb.Entry{{Index: &i1, Term: &term, Data: batch}, {Index: &i2, Term: &term, Data: one}}
+		if err := a.applyEntries(ents); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for i, w := range waits {
+			res := <-w
+			switch r := res.Resp.(type) {
+			case *pb.PutResponse:
+				got = append(got, fmt.Sprintf("%d put %d", i+1, r.Header.Revision))
+			case *pb.TxnResponse:
+				got = append(got, fmt.Sprintf("%d txn %v %d", i+1, r.Succeeded, r.Header.Revision))
+			case *pb.DeleteRangeResponse:
+				got = append(got, fmt.Sprintf("%d delete %d %d", i+1, r.Deleted, r.Header.Revision))
+			default:
+				got = append(got, fmt.Sprintf("%d error %v", i+1, res.Err))
+			}
+		}
+		want := []string{"1 put 2", "2 txn true 3", "3 error " + rpctypes.ErrGRPCLeaseNotFound.Error(), "4 delete 1 4", "5 put 5"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("answers %v, want %v", got, want)
+		}
+		if want := []string{"PUT a 2", "PUT b 3", "DELETE a 4", "PUT c 5"}; fmt.Sprint(events) != fmt.Sprint(want) {
+			t.Errorf("events %v, want %v", events, want)
+		}
+		if ci := st.ConsistentIndex(); ci != 8 {
+			t.Errorf("consistent index %d, want 8", ci)
+		}
+		// Replayed after a restart: applied already, skipped.
+		if err := a.applyEntries(ents); err != nil || st.Rev() != 5 {
+			t.Fatalf("replay: %v, revision %d, want 5", err, st.Rev())
+		}
+		// A batch whose framing is broken stops the applier.
+		i3 := uint64(9)
+		bad := &raftpb.Entry{Index: &i3, Term: &term, Data: batch[:len(batch)-1]}
+		if err := a.applyEntries([]*raftpb.Entry{bad}); !errors.Is(err, entrybatch.ErrCorrupt) {
+			t.Fatalf("broken batch: %v, want %v", err, entrybatch.ErrCorrupt)
 		}
 	})
 }

@@ -18,8 +18,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/entrybatch"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 )
+
+// MaxBatchBytes bounds the requests in one batched entry: more waits for
+// the next entry. A request larger than this is proposed alone.
+const MaxBatchBytes = 512 << 10
+
+// maxTurnProposals is how many queued proposals one driver turn takes.
+const maxTurnProposals = 256
 
 // ErrStopped is returned to callers once the driver has stopped.
 var ErrStopped = errors.New("raftnode: stopped")
@@ -77,6 +85,9 @@ type proposal struct {
 	errc    chan error
 	dropped Dropped
 	id      uint64
+	// batch: the proposal may share an entry with others (entrybatch),
+	// when the node batches.
+	batch bool
 }
 
 // Dropped hears of the proposals raft refused (ProposeAsync). It is
@@ -178,6 +189,20 @@ type Node struct {
 	lateHeartbeats atomic.Uint64
 	leaderc        atomic.Pointer[chan struct{}] // closed when a leader is known
 
+	// queued is one turn's proposals (driver goroutine); batching allows
+	// batchable ones to share an entry (SetBatching); batchedEntries counts
+	// the entries proposed as batches.
+	queued         []proposal
+	batching       atomic.Bool
+	batchedEntries atomic.Uint64
+	// walPending counts the appends handed to the WAL writer and not yet
+	// written; walDone wakes the driver when it falls to zero. While
+	// batching, the driver leaves proposals queued during a WAL write:
+	// they could not be written before it ends anyway, and taken together
+	// after it they share an entry.
+	walPending atomic.Int64
+	walDone    chan struct{}
+
 	// pendingTraces are the contexts of proposals made since the last Ready,
 	// in proposal order: raft appends their entries in that order.
 	pendingTraces []context.Context
@@ -254,6 +279,7 @@ func New(cfg Config) (*Node, error) {
 		lg:       lg,
 		rn:       rn,
 		propc:    make(chan proposal, 1024),
+		walDone:  make(chan struct{}, 1),
 		readKick: make(chan struct{}, 1),
 		confc:    make(chan confRequest),
 		stepc:    actors.NewInbox[*raftpb.Message](),
@@ -325,10 +351,12 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // raft's answer: a caller that waits for the entry to apply anyway learns
 // of a refusal through dropped, with id, instead of parking once more per
 // request to hear that raft accepted. It fails only if ctx ends or the
-// driver stops before the proposal is queued.
-func (n *Node) ProposeAsync(ctx context.Context, data []byte, id uint64, dropped Dropped) error {
+// driver stops before the proposal is queued. A batchable proposal may
+// share its entry with others queued in the same turn, once SetBatching
+// allows it: data is then one request of an entrybatch entry.
+func (n *Node) ProposeAsync(ctx context.Context, data []byte, id uint64, dropped Dropped, batchable bool) error {
 	select {
-	case n.propc <- proposal{ctx: ctx, data: data, dropped: dropped, id: id}:
+	case n.propc <- proposal{ctx: ctx, data: data, dropped: dropped, id: id, batch: batchable}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -336,6 +364,17 @@ func (n *Node) ProposeAsync(ctx context.Context, data []byte, id uint64, dropped
 		return ErrStopped
 	}
 }
+
+// SetBatching lets batchable proposals share entries (on) or not. Turn
+// it on only while every member of the configuration reads entrybatch
+// entries: a member that does not stops at the first one.
+func (n *Node) SetBatching(on bool) { n.batching.Store(on) }
+
+// Batching reports whether batchable proposals may share entries now.
+func (n *Node) Batching() bool { return n.batching.Load() }
+
+// BatchedEntries is how many batched entries this member has proposed.
+func (n *Node) BatchedEntries() uint64 { return n.batchedEntries.Load() }
 
 // ReadIndex returns an index such that a read served once the applied index
 // reaches it is linearizable. Concurrent callers share one raft round.
@@ -405,23 +444,30 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	for {
+		propc := n.propc
+		if n.batching.Load() && n.walPending.Load() > 0 {
+			propc = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case now := <-ticker.C:
 			n.rn.Tick()
 			n.sweepReads(now)
-		case p := <-n.propc:
-			n.propose(p)
-			for i := 0; i < 256; i++ {
+		case <-n.walDone:
+		case p := <-propc:
+			n.queued = append(n.queued[:0], p)
+			for len(n.queued) < maxTurnProposals {
 				select {
 				case p = <-n.propc:
-					n.propose(p)
+					n.queued = append(n.queued, p)
 					continue
 				default:
 				}
 				break
 			}
+			n.proposeQueued(n.queued)
+			clear(n.queued)
 		case <-n.stepc.Ready():
 			for _, m := range n.stepc.Take() {
 				if m.GetType() == raftpb.MessageType_MsgProp && hasConfChange(m.GetEntries()) {
@@ -461,6 +507,45 @@ func (n *Node) campaignIfSole() {
 	}
 }
 
+// proposeQueued hands one turn's proposals to raft in order: runs of
+// batchable ones as one entry each while batching is on (up to
+// MaxBatchBytes of requests), the others one entry each.
+func (n *Node) proposeQueued(ps []proposal) {
+	batching := n.batching.Load()
+	for len(ps) > 0 {
+		k, size := 1, len(ps[0].data)
+		if batching && ps[0].batch {
+			for k < len(ps) && ps[k].batch && size+len(ps[k].data) <= MaxBatchBytes {
+				size += len(ps[k].data)
+				k++
+			}
+		}
+		if k == 1 {
+			n.propose(ps[0])
+		} else {
+			n.proposeBatch(ps[:k], size)
+		}
+		ps = ps[k:]
+	}
+}
+
+// proposeBatch proposes ps (batchable, so ProposeAsync's) as one entry.
+func (n *Node) proposeBatch(ps []proposal, size int) {
+	data := entrybatch.Begin(make([]byte, 0, entrybatch.Size(len(ps), size)))
+	for _, p := range ps {
+		data = entrybatch.Append(data, p.data)
+	}
+	err := n.rn.Propose(data)
+	n.batchedEntries.Add(1)
+	for _, p := range ps {
+		if err != nil {
+			p.dropped.ProposalDropped(p.id, err)
+		} else if n.cfg.Tracer != nil && n.lead.Load() == n.cfg.ID {
+			n.pendingTraces = append(n.pendingTraces, p.ctx)
+		}
+	}
+}
+
 func (n *Node) propose(p proposal) {
 	err := n.rn.Propose(p.data)
 	if err == nil && n.cfg.Tracer != nil && n.lead.Load() == n.cfg.ID {
@@ -495,6 +580,7 @@ func (n *Node) handleReady() error {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
 				n.noteConfEntries(m.GetEntries(), rd.SoftState != nil && rd.SoftState.RaftState == raft.StateLeader)
+				n.walPending.Add(1)
 				n.Appends.Put(Append{Msg: m, Traces: n.takeTraces(m)})
 			case raft.LocalApplyThread:
 				n.Applies.Put(m)
@@ -510,6 +596,16 @@ func (n *Node) handleReady() error {
 		}
 	}
 	return nil
+}
+
+// appendsWritten is the WAL writer's report that k appends are written.
+func (n *Node) appendsWritten(k int) {
+	if n.walPending.Add(-int64(k)) == 0 {
+		select {
+		case n.walDone <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // heartbeatSent counts a late heartbeat to peer, and logs it as etcd does.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvd-dev/kvd/pkg/actors"
+	"github.com/kvd-dev/kvd/pkg/entrybatch"
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 )
 
@@ -275,7 +276,7 @@ func TestProposeAsyncAppliesOrReportsTheDrop(t *testing.T) {
 	d := &droppedRecorder{ids: map[uint64]error{}, got: make(chan struct{}, 100)}
 	const n = 50
 	for i := 0; i < n; i++ {
-		if err := h.node.ProposeAsync(context.Background(), []byte(fmt.Sprintf("a%02d", i)), uint64(i), d); err != nil {
+		if err := h.node.ProposeAsync(context.Background(), []byte(fmt.Sprintf("a%02d", i)), uint64(i), d, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -295,21 +296,12 @@ func TestProposeAsyncAppliesOrReportsTheDrop(t *testing.T) {
 
 	// A member of three that hears from no peer has no leader: raft
 	// refuses, and the refusal reaches Dropped with the proposal's id.
-	l, err := raftlog.Open(raftlog.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lone, err := New(Config{ID: 1, Peers: []raft.Peer{{ID: 1}, {ID: 2}, {ID: 3}}, TickInterval: time.Hour,
-		ElectionTicks: 10, HeartbeatTicks: 1, Log: l, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lone, l := leaderless(t)
 	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
 	g.Go("raft", lone)
 	g.Go("wal", NewWALWriter(l, lone, nil))
 	defer stopGroup(t, g)
-	if err := lone.ProposeAsync(context.Background(), []byte("x"), 77, d); err != nil {
+	if err := lone.ProposeAsync(context.Background(), []byte("x"), 77, d, false); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -321,5 +313,147 @@ func TestProposeAsyncAppliesOrReportsTheDrop(t *testing.T) {
 	defer d.mu.Unlock()
 	if err, ok := d.ids[77]; !ok || !errors.Is(err, raft.ErrProposalDropped) {
 		t.Fatalf("drops %v, want id 77 with %v", d.ids, raft.ErrProposalDropped)
+	}
+}
+
+// leaderless is member 1 of three that hears from no peer (not yet running):
+// it has no leader, so raft refuses its proposals.
+func leaderless(t *testing.T) (*Node, *raftlog.Log) {
+	t.Helper()
+	l, err := raftlog.Open(raftlog.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	lone, err := New(Config{ID: 1, Peers: []raft.Peer{{ID: 1}, {ID: 2}, {ID: 3}}, TickInterval: time.Hour,
+		ElectionTicks: 10, HeartbeatTicks: 1, Log: l, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lone, l
+}
+
+// flatten returns the requests of applied entries, batched or not.
+func flatten(t *testing.T, applied [][]byte) []string {
+	t.Helper()
+	var out []string
+	for _, data := range applied {
+		if !entrybatch.Is(data) {
+			out = append(out, string(data))
+			continue
+		}
+		if err := entrybatch.Split(data, func(r []byte) error { out = append(out, string(r)); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func TestBatchingSharesEntriesAndKeepsOrder(t *testing.T) {
+	h := start(t, t.TempDir())
+	defer h.stop(t)
+	waitFor(t, "leadership", func() bool { return h.node.Leader() == 1 })
+	d := &droppedRecorder{ids: map[uint64]error{}, got: make(chan struct{}, 1000)}
+
+	// Off (the default): a batchable proposal is an entry of its own.
+	for i := 0; i < 20; i++ {
+		if err := h.node.ProposeAsync(context.Background(), []byte(fmt.Sprintf("off%02d", i)), uint64(i), d, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the proposals applied", func() bool { a, _ := h.app.snapshot(); return len(a) == 20 })
+	if a, _ := h.app.snapshot(); len(flatten(t, a)) != 20 || h.node.BatchedEntries() != 0 {
+		t.Fatalf("batching off: %d entries, %d batches", len(a), h.node.BatchedEntries())
+	}
+
+	// On: writers' proposals share entries; each writer's stay in its order,
+	// and a proposal that is not batchable keeps an entry of its own.
+	h.node.SetBatching(true)
+	const writers, each = 4, 100
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				data := []byte(fmt.Sprintf("w%d/%03d", w, i))
+				batchable := i%10 != 0
+				if err := h.node.ProposeAsync(context.Background(), data, uint64(1000*w+i), d, batchable); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "the batched proposals applied", func() bool {
+		a, _ := h.app.snapshot()
+		return len(flatten(t, a)) == 20+writers*each
+	})
+	applied, _ := h.app.snapshot()
+	next := make([]int, writers)
+	for _, r := range flatten(t, applied)[20:] {
+		var w, i int
+		if _, err := fmt.Sscanf(r, "w%d/%03d", &w, &i); err != nil || i != next[w] {
+			t.Fatalf("request %q out of order (writer %d expected %d)", r, w, next[w])
+		}
+		next[w]++
+	}
+	for _, data := range applied {
+		if !entrybatch.Is(data) {
+			continue
+		}
+		err := entrybatch.Split(data, func(r []byte) error {
+			var w, i int
+			if _, err := fmt.Sscanf(string(r), "w%d/%03d", &w, &i); err != nil || i%10 == 0 {
+				t.Errorf("request %q, not batchable, was batched", r)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.node.BatchedEntries() == 0 || len(applied) >= 20+writers*each {
+		t.Fatalf("%d entries for %d requests, %d batches: nothing was batched", len(applied), 20+writers*each, h.node.BatchedEntries())
+	}
+	d.mu.Lock()
+	if len(d.ids) != 0 {
+		t.Errorf("accepted proposals reported dropped: %v", d.ids)
+	}
+	d.mu.Unlock()
+}
+
+// A batch raft refuses is reported dropped for each of its proposals.
+func TestRefusedBatchDropsEachProposal(t *testing.T) {
+	lone, l := leaderless(t)
+	lone.SetBatching(true)
+	d := &droppedRecorder{ids: map[uint64]error{}, got: make(chan struct{}, 100)}
+	// Queued before the driver runs, so its first turn takes them together.
+	for i := 1; i <= 10; i++ {
+		if err := lone.ProposeAsync(context.Background(), []byte("x"), uint64(i), d, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := actors.NewGroup(zap.NewNop(), func(err error) { t.Errorf("actor failed: %v", err) })
+	g.Go("raft", lone)
+	g.Go("wal", NewWALWriter(l, lone, nil))
+	defer stopGroup(t, g)
+	for i := 0; i < 10; i++ {
+		select {
+		case <-d.got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 10 drops reported", i)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := uint64(1); i <= 10; i++ {
+		if err := d.ids[i]; !errors.Is(err, raft.ErrProposalDropped) {
+			t.Errorf("proposal %d: %v, want %v", i, err, raft.ErrProposalDropped)
+		}
+	}
+	if lone.BatchedEntries() != 1 {
+		t.Errorf("%d batches proposed, want the 10 proposals in 1", lone.BatchedEntries())
 	}
 }

@@ -92,6 +92,7 @@ func (w *WALWriter) write(ctx context.Context, batch []Append) error {
 		return fmt.Errorf("save wal: %w", err)
 	}
 	w.traceFsync(batch, start, time.Now())
+	w.node.appendsWritten(len(batch))
 	for _, a := range batch {
 		w.node.deliver(a.Msg.GetResponses())
 	}

@@ -726,3 +726,86 @@ func TestLearnerJoinsFromSnapshot(t *testing.T) {
 	})
 	eventually(t, "equal hashes", func() error { return sameHash(t, append(ms, m4)) })
 }
+
+// Writes to every member of three, many at once: the members turn entry
+// batching on (each reads batches), batch, and agree on every key.
+func TestThreeMembersBatchWrites(t *testing.T) {
+	cs := clusterConfigs(t, "bolt", "badger", "bolt")
+	ms := startCluster(t, cs)
+	eventually(t, "batching on everywhere", func() error {
+		for i, c := range cs {
+			if v := metric(t, c, "kvd_raft_entry_batching"); v != 1 {
+				return fmt.Errorf("m%d: kvd_raft_entry_batching %v", i+1, v)
+			}
+		}
+		return nil
+	})
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := ms[w%len(ms)]
+			for i := 0; i < each; i++ {
+				k, v := fmt.Sprintf("w%02d/%d", w, i%8), fmt.Sprintf("%d", i)
+				if _, err := m.kv.Put(ctx5(t), &pb.PutRequest{Key: []byte(k), Value: []byte(v)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var batched float64
+	for _, c := range cs {
+		batched += metric(t, c, "kvd_raft_batched_entries_total")
+	}
+	if batched == 0 {
+		t.Fatal("no member proposed a batched entry")
+	}
+	eventually(t, "equal hashes", func() error { return sameHash(t, ms) })
+	for j, m := range ms {
+		resp, err := m.kv.Range(ctx5(t), &pb.RangeRequest{Key: []byte("w"), RangeEnd: []byte("x"), Serializable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != writers*8 {
+			t.Fatalf("m%d: %d keys, want %d", j+1, len(resp.Kvs), writers*8)
+		}
+		for _, kv := range resp.Kvs {
+			// Each key was written each/8 times, the last value each-8+i%8.
+			var w, i int
+			if _, err := fmt.Sscanf(string(kv.Key), "w%02d/%d", &w, &i); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprint(each - 8 + i); string(kv.Value) != want || kv.Version != each/8 {
+				t.Fatalf("m%d: %s = %s version %d, want %s version %d", j+1, kv.Key, kv.Value, kv.Version, want, each/8)
+			}
+		}
+	}
+	t.Logf("%v batched entries", batched)
+
+	// A member down turns batching off on the others; restarted, it
+	// replays the batched entries in its WAL and agrees again.
+	ms[1].stop()
+	eventually(t, "batching off without m2", func() error {
+		for _, i := range []int{0, 2} {
+			if v := metric(t, cs[i], "kvd_raft_entry_batching"); v != 0 {
+				return fmt.Errorf("m%d: kvd_raft_entry_batching %v", i+1, v)
+			}
+		}
+		return nil
+	})
+	put(t, ms[0], "while-m2-down", "1")
+	ms[1] = startMember(t, cs[1])
+	eventually(t, "batching on again", func() error {
+		for i, c := range cs {
+			if v := metric(t, c, "kvd_raft_entry_batching"); v != 1 {
+				return fmt.Errorf("m%d: kvd_raft_entry_batching %v", i+1, v)
+			}
+		}
+		return nil
+	})
+	eventually(t, "equal hashes after m2's restart", func() error { return sameHash(t, ms) })
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/engine"
+	"github.com/kvd-dev/kvd/pkg/entrybatch"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
 	"github.com/kvd-dev/kvd/pkg/raftnode"
@@ -124,8 +125,10 @@ func newTransport(lc fx.Lifecycle, sd fx.Shutdowner, c *config.Config, cl *membe
 		Members: func() ([]byte, error) {
 			return json.Marshal(joinInfo{ClusterID: cl.ID(), Members: cl.Members()})
 		},
-		HashKV:        func(req []byte) ([]byte, error) { return peerHashKVAnswer(st, cl, req) },
-		RTT:           mt.PeerRTT,
+		HashKV: func(req []byte) ([]byte, error) { return peerHashKVAnswer(st, cl, req) },
+		RTT:    mt.PeerRTT,
+		// Peers learn from this what this build reads (entrybatch.Gate).
+		Features:      entrybatch.Feature,
 		TLS:           peerTLS.ClientCredentials(),
 		ServerOptions: serverOpts,
 	})

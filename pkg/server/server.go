@@ -30,6 +30,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/backend"
 	"github.com/kvd-dev/kvd/pkg/config"
 	"github.com/kvd-dev/kvd/pkg/engine"
+	"github.com/kvd-dev/kvd/pkg/entrybatch"
 	"github.com/kvd-dev/kvd/pkg/failpoint"
 	"github.com/kvd-dev/kvd/pkg/gcpace"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
@@ -83,7 +84,7 @@ func Module() fx.Option {
 			newAPI,
 			newActors,
 		),
-		fx.Invoke(startActors, initialCorruptCheck, serveClients, serveMetrics, func(*transport.Transport) {}),
+		fx.Invoke(startActors, startBatchGate, initialCorruptCheck, serveClients, serveMetrics, func(*transport.Transport) {}),
 		fx.Invoke(advanceElectionTicks),
 		fx.Invoke(startCompactor),
 		fx.Invoke(startCorruptMonitor),
@@ -360,6 +361,29 @@ func startActors(lc fx.Lifecycle, a *Actors, st *mvcc.Store) {
 		a.Group.Go("applier", a.Applier)
 		a.Group.Go("lease-expirer", a.Expirer)
 		a.Group.Go("publisher", a.Publisher)
+		return nil
+	}})
+}
+
+// startBatchGate lets the raft driver put several writes in one entry
+// while every member reads such entries (pkg/entrybatch).
+func startBatchGate(lc fx.Lifecycle, a *Actors, cl *membership.Cluster, tr *transport.Transport, lg *zap.Logger) {
+	g := &entrybatch.Gate{
+		Self: cl.Self(),
+		Members: func() []uint64 {
+			ms := cl.Members()
+			ids := make([]uint64, len(ms))
+			for i, m := range ms {
+				ids[i] = m.ID
+			}
+			return ids
+		},
+		Features: tr.PeerFeatures,
+		Set:      a.Node.SetBatching,
+		Logger:   lg.Named("raft"),
+	}
+	lc.Append(fx.Hook{OnStart: func(context.Context) error {
+		a.Group.Go("entry-batch-gate", g)
 		return nil
 	}})
 }

@@ -58,6 +58,7 @@ type peer struct {
 	gen          uint64   // bumped when urls change
 	streamCancel context.CancelCauseFunc
 	active       bool
+	features     string // the open stream's ack: what the peer's build reads
 	since        time.Time
 	lastErr      error
 	lastErrAt    time.Time
@@ -102,6 +103,7 @@ func (p *peer) status() PeerStatus {
 		ID:          p.id,
 		URLs:        append([]string(nil), p.urls...),
 		Active:      p.active,
+		Features:    p.features,
 		Since:       p.since,
 		LastError:   p.lastErr,
 		LastErrorAt: p.lastErrAt,
@@ -132,7 +134,7 @@ func (p *peer) run() {
 		if p.active || p.since.IsZero() {
 			p.since = now
 		}
-		p.active = false
+		p.active, p.features = false, ""
 		p.lastErr, p.lastErrAt = err, now
 		if !opened && gen == p.gen {
 			p.next++ // try the peer's next URL
@@ -208,7 +210,7 @@ func (p *peer) session(target target) (opened bool, err error) {
 	}
 
 	p.mu.Lock()
-	p.active, p.since, p.lastErr = true, time.Now(), nil
+	p.active, p.features, p.since, p.lastErr = true, string(ack), time.Now(), nil
 	p.mu.Unlock()
 
 	// The peer never writes after the ack; RecvMsg returns when the stream

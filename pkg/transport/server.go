@@ -77,7 +77,7 @@ func (t *Transport) handleRaft(ss grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
-	ack := []byte{}
+	ack := []byte(t.cfg.Features)
 	if err := ss.SendMsg(&ack); err != nil {
 		return err
 	}

@@ -100,6 +100,11 @@ type Config struct {
 	// stays open (etcd's peer_round_trip_time_seconds). Optional.
 	RTT func(id uint64, d time.Duration)
 
+	// Features is sent to each peer that opens a raft stream to this
+	// member (its PeerFeatures): what this build reads, such as entry
+	// formats. A build that sends nothing reads none of them.
+	Features string
+
 	// QueueSize bounds the messages waiting for each peer.
 	QueueSize int
 	// MaxFrameBytes is where a writer stops draining its queue into a frame.
@@ -130,8 +135,11 @@ type Config struct {
 type PeerStatus struct {
 	ID     uint64
 	URLs   []string
-	Active bool      // a stream is open
-	Since  time.Time // when the stream opened, or when it went down
+	Active bool // a stream is open
+	// Features is what the peer sent when the open stream began (its
+	// Config.Features); empty while no stream is open.
+	Features string
+	Since    time.Time // when the stream opened, or when it went down
 	// LastError is the last failure to open or write the stream, nil if none.
 	LastError   error
 	LastErrorAt time.Time
@@ -367,6 +375,22 @@ func (t *Transport) ActiveSince(id uint64) time.Time {
 		return time.Time{}
 	}
 	return p.since
+}
+
+// PeerFeatures returns what peer id sent when the stream to it opened
+// (its Config.Features), and false if no stream to it is open now or id is
+// not a peer. A peer that restarts with another build is seen afresh: its
+// stream breaks and reopens.
+func (t *Transport) PeerFeatures(id uint64) (string, bool) {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	if p == nil {
+		return "", false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.features, p.active
 }
 
 // Stop closes the listener and every stream, and returns once every goroutine

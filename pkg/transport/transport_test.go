@@ -691,3 +691,30 @@ func acceptedSnapshot(t *testing.T, a, b *member) string {
 	}
 	return b.snaps[0]
 }
+
+// PeerFeatures is what the peer said when the open stream began: gone
+// while the stream is down, and afresh after the peer restarts.
+func TestPeerFeaturesFollowTheStream(t *testing.T) {
+	a := startMember(t, 1, 7, "", nil)
+	b := startMember(t, 2, 7, "", func(c *Config) { c.Features = "entrybatch/1,other" })
+	connect(t, a, b)
+	a.Send([]*raftpb.Message{msg(1, 2, 1, 0)})
+	waitFor(t, "stream up", func() bool { _, ok := a.PeerFeatures(2); return ok })
+	if f, _ := a.PeerFeatures(2); f != "entrybatch/1,other" {
+		t.Fatalf("PeerFeatures(2) = %q", f)
+	}
+	if f, ok := a.PeerFeatures(9); ok || f != "" {
+		t.Errorf("PeerFeatures of a stranger: %q %v", f, ok)
+	}
+	b.Stop()
+	waitFor(t, "stream down", func() bool { _, ok := a.PeerFeatures(2); return !ok })
+	if f, _ := a.PeerFeatures(2); f != "" {
+		t.Errorf("PeerFeatures(2) with the stream down: %q", f)
+	}
+	startMember(t, 2, 7, b.addr, nil) // restarted, a build that says nothing
+	a.Send([]*raftpb.Message{msg(1, 2, 2, 0)})
+	waitFor(t, "stream back up", func() bool { _, ok := a.PeerFeatures(2); return ok })
+	if f, _ := a.PeerFeatures(2); f != "" {
+		t.Errorf("PeerFeatures(2) after a restart without features: %q", f)
+	}
+}
