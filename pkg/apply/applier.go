@@ -103,6 +103,10 @@ type Applier struct {
 	confState *raftpb.ConfState
 	results   []pending
 	events    []*mvccpb.Event
+	// pre is applyTxnLike's precheck, reused (one per request was two
+	// allocations); leaseExists is Leases.Exists, bound at first use.
+	pre         precheck
+	leaseExists func(int64) bool
 	// fatal is set when a request failed after it had written: the batch
 	// cannot be committed.
 	fatal    error
@@ -487,10 +491,14 @@ func (a *Applier) applyChecked(b *mvcc.Batch, req *pb.InternalRaftRequest, index
 func (a *Applier) applyTxnLike(b *mvcc.Batch, fn func(*mvcc.TxnWrite, *precheck) (proto.Message, error)) Result {
 	t := b.Write()
 	defer t.End()
-	p := &precheck{r: t, compactRev: a.cfg.Store.CompactRev()}
-	if a.cfg.Leases != nil {
-		p.leaseExists = a.cfg.Leases.Exists
+	if a.leaseExists == nil && a.cfg.Leases != nil {
+		a.leaseExists = a.cfg.Leases.Exists
 	}
+	p := &a.pre
+	puts, dels := p.puts, p.dels[:0]
+	clear(puts)
+	clear(p.dels) // the last request's keys, not kept alive by the reuse
+	*p = precheck{r: t, compactRev: a.cfg.Store.CompactRev(), leaseExists: a.leaseExists, puts: puts, dels: dels}
 	resp, err := fn(t, p)
 	if err != nil {
 		if len(t.Events()) > 0 {

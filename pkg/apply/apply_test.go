@@ -313,3 +313,42 @@ func TestBatchedEntryAppliesEachRequest(t *testing.T) {
 		}
 	})
 }
+
+// The applier reuses one precheck: a txn's deletes and puts must not leak
+// into the next request's checks. Here the last txn's ignore_value put of
+// k passes (k exists again); a precheck that still held the earlier txn's
+// delete of k would refuse it with "key not found".
+func TestPrecheckStartsAfreshEachRequest(t *testing.T) {
+	eachEngine(t, func(t *testing.T, a *Applier, st *mvcc.Store) {
+		reqs := []*pb.InternalRaftRequest{
+			{Header: &pb.RequestHeader{ID: 1}, Put: &pb.PutRequest{Key: []byte("k"), Value: []byte("1")}},
+			{Header: &pb.RequestHeader{ID: 2}, Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
+				{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("k")}}}}}},
+			{Header: &pb.RequestHeader{ID: 3}, Put: &pb.PutRequest{Key: []byte("k"), Value: []byte("2")}},
+			{Header: &pb.RequestHeader{ID: 4}, Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
+				{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), IgnoreValue: true}}}}}},
+		}
+		waits := make([]<-chan Result, len(reqs))
+		ents := make([]*raftpb.Entry, len(reqs))
+		for i, r := range reqs {
+			waits[i] = a.cfg.Registry.Register(t.Context(), uint64(i+1))
+			data, err := proto.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx, term := uint64(i+1), uint64(1)
+			ents[i] = &raftpb.Entry{Index: &idx, Term: &term, Data: data}
+		}
+		if err := a.applyEntries(ents); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range waits {
+			if res := <-w; res.Err != nil {
+				t.Fatalf("request %d: %v", i+1, res.Err)
+			}
+		}
+		if kv := get(t, st, "k").Kvs; len(kv) != 1 || string(kv[0].Value) != "2" || kv[0].ModRevision != 5 {
+			t.Fatalf("k = %v, want value 2 at revision 5", kv)
+		}
+	})
+}
