@@ -188,6 +188,7 @@ func (b *Batch) Write() *TxnWrite {
 		panic("mvcc: Write while another write txn of the batch is open")
 	}
 	t := &TxnWrite{b: b, beginRev: b.rev}
+	t.events = t.first[:0]
 	b.open = t
 	return t
 }
@@ -199,7 +200,10 @@ type TxnWrite struct {
 	b        *Batch
 	beginRev int64
 	events   []*mvccpb.Event
-	ended    bool
+	// first backs events while the transaction has written one key (most
+	// requests): no slice of its own to allocate.
+	first [1]*mvccpb.Event
+	ended bool
 	// n counts the transaction's operations; End adds them to the store's.
 	n txnOps
 }
