@@ -536,7 +536,9 @@ func writeFileSync(path string, r io.Reader) error {
 
 type readTx struct {
 	tx *bolt.Tx
-	// buckets are the shared view's open buckets; view is nil for a writeTx.
+	// buckets are the shared view's open buckets, or those a writeTx has
+	// written (bolt's lookup clones the name and may seek: two allocations
+	// a Put); view is nil for a writeTx.
 	buckets map[backend.Bucket]*bolt.Bucket
 	view    *readview.View[*view]
 	exit    func() // nil for a writeTx
@@ -639,11 +641,18 @@ func (w *writeTx) Put(b backend.Bucket, key, value []byte) error {
 	if len(key) == 0 {
 		return w.fail(fmt.Errorf("bolt put in bucket %s: empty key", b))
 	}
-	bkt, err := w.tx.CreateBucketIfNotExists([]byte(b))
-	if err != nil {
-		return w.fail(fmt.Errorf("bolt create bucket %s: %w", b, err))
+	bkt := w.buckets[b]
+	if bkt == nil {
+		var err error
+		if bkt, err = w.tx.CreateBucketIfNotExists([]byte(b)); err != nil {
+			return w.fail(fmt.Errorf("bolt create bucket %s: %w", b, err))
+		}
+		bkt.FillPercent = fillPercent(b)
+		if w.buckets == nil {
+			w.buckets = make(map[backend.Bucket]*bolt.Bucket, 2)
+		}
+		w.buckets[b] = bkt
 	}
-	bkt.FillPercent = fillPercent(b)
 	// bolt keeps the caller's slices until commit; copy so callers may reuse.
 	buf := make([]byte, len(key)+len(value))
 	copy(buf, key)
