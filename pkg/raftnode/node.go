@@ -373,7 +373,8 @@ func (n *Node) SetBatching(on bool) { n.batching.Store(on) }
 // Batching reports whether batchable proposals may share entries now.
 func (n *Node) Batching() bool { return n.batching.Load() }
 
-// BatchedEntries is how many batched entries this member has proposed.
+// BatchedEntries is how many batched entries this member has handed to
+// raft (raft may have refused some: no leader).
 func (n *Node) BatchedEntries() uint64 { return n.batchedEntries.Load() }
 
 // ReadIndex returns an index such that a read served once the applied index

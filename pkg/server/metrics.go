@@ -158,7 +158,7 @@ func newMetrics(c *config.Config, cl *membership.Cluster, n *raftnode.Node, wal 
 	gauge("etcd", "server", "proposals_applied_total", "The total number of consensus proposals applied.", func() float64 { return float64(ap.Index()) })
 	gauge("kvd", "raft", "entry_batching", "1 while this member may put several writes in one raft entry (every member reads such entries), 0 otherwise.",
 		func() float64 { return b2f(n.Batching()) })
-	counter("kvd", "raft", "batched_entries_total", "Raft entries this member proposed that carry several writes.", func() float64 { return float64(n.BatchedEntries()) })
+	counter("kvd", "raft", "batched_entries_total", "Raft entries carrying several writes that this member handed to raft.", func() float64 { return float64(n.BatchedEntries()) })
 	gauge("etcd", "server", "proposals_pending", "The current number of pending proposals to commit.", func() float64 { return float64(reg.Len()) })
 	gauge("etcd", "mvcc", "db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", func() float64 { return float64(st.Backend().Size()) })
 	gauge("etcd", "mvcc", "db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.", func() float64 { return float64(st.Backend().SizeInUse()) })
