@@ -44,6 +44,31 @@ func do(t *testing.T, a *Applier, st *mvcc.Store, req *pb.InternalRaftRequest) R
 	return res
 }
 
+// entries are reqs as raft entries at indexes 1, 2, ..., term 1.
+func entries(t *testing.T, reqs ...*pb.InternalRaftRequest) []*raftpb.Entry {
+	t.Helper()
+	ents := make([]*raftpb.Entry, len(reqs))
+	for i, r := range reqs {
+		ents[i] = entryAt(uint64(i+1), marshalReq(t, r))
+	}
+	return ents
+}
+
+// entryAt is a normal raft entry of term 1.
+func entryAt(index uint64, data []byte) *raftpb.Entry {
+	term := uint64(1)
+	return &raftpb.Entry{Index: &index, Term: &term, Data: data}
+}
+
+func marshalReq(t *testing.T, r *pb.InternalRaftRequest) []byte {
+	t.Helper()
+	data, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 func putReq(k, v string) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}}
 }
@@ -209,15 +234,7 @@ func TestEventsFollowTheBatchInRevisionOrder(t *testing.T) {
 			{DeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}},
 			{Put: &pb.PutRequest{Key: []byte("x"), Lease: 9}}, // refused: no event
 		}
-		ents := make([]*raftpb.Entry, len(reqs))
-		for i, r := range reqs {
-			data, err := proto.Marshal(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			idx, term := uint64(i+1), uint64(1)
-			ents[i] = &raftpb.Entry{Index: &idx, Term: &term, Data: data}
-		}
+		ents := entries(t, reqs...)
 		if err := a.applyEntries(ents); err != nil {
 			t.Fatal(err)
 		}
@@ -261,19 +278,11 @@ func TestBatchedEntryAppliesEachRequest(t *testing.T) {
 		}
 		batch := entrybatch.Begin(nil)
 		for _, r := range reqs {
-			data, err := proto.Marshal(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			batch = entrybatch.Append(batch, data)
+			batch = entrybatch.Append(batch, marshalReq(t, r))
 		}
-		one, err := proto.Marshal(&pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 5}, Put: &pb.PutRequest{Key: []byte("c"), Value: []byte("3")}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		one := marshalReq(t, &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 5}, Put: &pb.PutRequest{Key: []byte("c"), Value: []byte("3")}})
 		waits = append(waits, reg.Register(t.Context(), 5))
-		i1, i2, term := uint64(7), uint64(8), uint64(1)
-		ents := []*raftpb.Entry{{Index: &i1, Term: &term, Data: batch}, {Index: &i2, Term: &term, Data: one}}
+		ents := []*raftpb.Entry{entryAt(7, batch), entryAt(8, one)}
 		if err := a.applyEntries(ents); err != nil {
 			t.Fatal(err)
 		}
@@ -306,9 +315,7 @@ func TestBatchedEntryAppliesEachRequest(t *testing.T) {
 			t.Fatalf("replay: %v, revision %d, want 5", err, st.Rev())
 		}
 		// A batch whose framing is broken stops the applier.
-		i3 := uint64(9)
-		bad := &raftpb.Entry{Index: &i3, Term: &term, Data: batch[:len(batch)-1]}
-		if err := a.applyEntries([]*raftpb.Entry{bad}); !errors.Is(err, entrybatch.ErrCorrupt) {
+		if err := a.applyEntries([]*raftpb.Entry{entryAt(9, batch[:len(batch)-1])}); !errors.Is(err, entrybatch.ErrCorrupt) {
 			t.Fatalf("broken batch: %v, want %v", err, entrybatch.ErrCorrupt)
 		}
 	})
@@ -329,16 +336,10 @@ func TestPrecheckStartsAfreshEachRequest(t *testing.T) {
 				{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), IgnoreValue: true}}}}}},
 		}
 		waits := make([]<-chan Result, len(reqs))
-		ents := make([]*raftpb.Entry, len(reqs))
-		for i, r := range reqs {
+		for i := range reqs {
 			waits[i] = a.cfg.Registry.Register(t.Context(), uint64(i+1))
-			data, err := proto.Marshal(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			idx, term := uint64(i+1), uint64(1)
-			ents[i] = &raftpb.Entry{Index: &idx, Term: &term, Data: data}
 		}
+		ents := entries(t, reqs...)
 		if err := a.applyEntries(ents); err != nil {
 			t.Fatal(err)
 		}

@@ -171,6 +171,17 @@ func (c *Cluster) Members() []Member {
 	return out
 }
 
+// IDs lists the members' IDs, unsorted: Members without the copies.
+func (c *Cluster) IDs() []uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ids := make([]uint64, 0, len(c.members))
+	for id := range c.members {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Member returns member id.
 func (c *Cluster) Member(id uint64) (Member, bool) {
 	c.mu.RLock()

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -107,6 +108,12 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	if !d.IsRemoved(3) {
 		t.Fatal("removed ID not restored")
+	}
+	// IDs: the members, learners included, the removed not.
+	ids := d.IDs()
+	slices.Sort(ids)
+	if !slices.Equal(ids, []uint64{1, 0xffffffffffffffff}) {
+		t.Fatalf("IDs() = %x, want 1 and the learner", ids)
 	}
 }
 

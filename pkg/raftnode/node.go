@@ -22,9 +22,9 @@ import (
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 )
 
-// MaxBatchBytes bounds the requests in one batched entry: more waits for
+// maxBatchBytes bounds the requests in one batched entry: more waits for
 // the next entry. A request larger than this is proposed alone.
-const MaxBatchBytes = 512 << 10
+const maxBatchBytes = 512 << 10
 
 // maxTurnProposals is how many queued proposals one driver turn takes.
 const maxTurnProposals = 256
@@ -510,13 +510,13 @@ func (n *Node) campaignIfSole() {
 
 // proposeQueued hands one turn's proposals to raft in order: runs of
 // batchable ones as one entry each while batching is on (up to
-// MaxBatchBytes of requests), the others one entry each.
+// maxBatchBytes of requests), the others one entry each.
 func (n *Node) proposeQueued(ps []proposal) {
 	batching := n.batching.Load()
 	for len(ps) > 0 {
 		k, size := 1, len(ps[0].data)
 		if batching && ps[0].batch {
-			for k < len(ps) && ps[k].batch && size+len(ps[k].data) <= MaxBatchBytes {
+			for k < len(ps) && ps[k].batch && size+len(ps[k].data) <= maxBatchBytes {
 				size += len(ps[k].data)
 				k++
 			}

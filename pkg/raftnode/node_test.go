@@ -457,3 +457,42 @@ func TestRefusedBatchDropsEachProposal(t *testing.T) {
 		t.Errorf("%d batches proposed, want the 10 proposals in 1", lone.BatchedEntries())
 	}
 }
+
+// While batching, proposals that arrive during a WAL write wait for it to
+// end and then share one entry; with batching off they do not wait.
+func TestBatchingHoldsProposalsDuringAWALWrite(t *testing.T) {
+	h := start(t, t.TempDir())
+	defer h.stop(t)
+	waitFor(t, "leadership", func() bool { return h.node.Leader() == 1 })
+	d := &droppedRecorder{ids: map[uint64]error{}, got: make(chan struct{}, 100)}
+	applied := func() int { a, _ := h.app.snapshot(); return len(flatten(t, a)) }
+	base := applied()
+
+	// A WAL write in flight (as the driver counts them) while batching is
+	// off: proposals go to raft at once.
+	h.node.walPending.Add(1)
+	if err := h.node.ProposeAsync(context.Background(), []byte("off"), 1, d, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the proposal applied", func() bool { return applied() == base+1 })
+
+	// Turned on, the driver holds from its next turn (a tick every 10 ms
+	// makes one): until then it may be waiting with the queue open.
+	h.node.SetBatching(true)
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < 10; i++ {
+		if err := h.node.ProposeAsync(context.Background(), []byte(fmt.Sprintf("held%d", i)), uint64(10+i), d, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := applied(); n != base+1 {
+		t.Fatalf("%d proposals applied during the WAL write, want none", n-base-1)
+	}
+	batches := h.node.BatchedEntries()
+	h.node.appendsWritten(1) // the write ends
+	waitFor(t, "the held proposals applied", func() bool { return applied() == base+11 })
+	if got := h.node.BatchedEntries() - batches; got != 1 {
+		t.Fatalf("the 10 held proposals took %d batches, want 1", got)
+	}
+}

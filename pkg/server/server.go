@@ -369,15 +369,8 @@ func startActors(lc fx.Lifecycle, a *Actors, st *mvcc.Store) {
 // while every member reads such entries (pkg/entrybatch).
 func startBatchGate(lc fx.Lifecycle, a *Actors, cl *membership.Cluster, tr *transport.Transport, lg *zap.Logger) {
 	g := &entrybatch.Gate{
-		Self: cl.Self(),
-		Members: func() []uint64 {
-			ms := cl.Members()
-			ids := make([]uint64, len(ms))
-			for i, m := range ms {
-				ids[i] = m.ID
-			}
-			return ids
-		},
+		Self:     cl.Self(),
+		Members:  cl.IDs,
 		Features: tr.PeerFeatures,
 		Set:      a.Node.SetBatching,
 		Logger:   lg.Named("raft"),

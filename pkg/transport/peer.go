@@ -103,7 +103,6 @@ func (p *peer) status() PeerStatus {
 		ID:          p.id,
 		URLs:        append([]string(nil), p.urls...),
 		Active:      p.active,
-		Features:    p.features,
 		Since:       p.since,
 		LastError:   p.lastErr,
 		LastErrorAt: p.lastErrAt,

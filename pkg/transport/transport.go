@@ -135,11 +135,8 @@ type Config struct {
 type PeerStatus struct {
 	ID     uint64
 	URLs   []string
-	Active bool // a stream is open
-	// Features is what the peer sent when the open stream began (its
-	// Config.Features); empty while no stream is open.
-	Features string
-	Since    time.Time // when the stream opened, or when it went down
+	Active bool      // a stream is open
+	Since  time.Time // when the stream opened, or when it went down
 	// LastError is the last failure to open or write the stream, nil if none.
 	LastError   error
 	LastErrorAt time.Time
@@ -363,18 +360,11 @@ func (t *Transport) PeerHealth() []PeerStatus {
 // Transporter.ActiveSince): the strict reconfiguration check counts a peer
 // as connected only once it has been so for a while.
 func (t *Transport) ActiveSince(id uint64) time.Time {
-	t.mu.RLock()
-	p := t.peers[id]
-	t.mu.RUnlock()
-	if p == nil {
+	since, _, open := t.openStream(id)
+	if !open {
 		return time.Time{}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.active {
-		return time.Time{}
-	}
-	return p.since
+	return since
 }
 
 // PeerFeatures returns what peer id sent when the stream to it opened
@@ -382,15 +372,22 @@ func (t *Transport) ActiveSince(id uint64) time.Time {
 // not a peer. A peer that restarts with another build is seen afresh: its
 // stream breaks and reopens.
 func (t *Transport) PeerFeatures(id uint64) (string, bool) {
+	_, features, open := t.openStream(id)
+	return features, open
+}
+
+// openStream reads the state of the stream to peer id; open is false if
+// there is none or id is not a peer.
+func (t *Transport) openStream(id uint64) (since time.Time, features string, open bool) {
 	t.mu.RLock()
 	p := t.peers[id]
 	t.mu.RUnlock()
 	if p == nil {
-		return "", false
+		return time.Time{}, "", false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.features, p.active
+	return p.since, p.features, p.active
 }
 
 // Stop closes the listener and every stream, and returns once every goroutine
