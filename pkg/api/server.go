@@ -23,6 +23,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/apply"
 	"github.com/kvd-dev/kvd/pkg/authz"
+	"github.com/kvd-dev/kvd/pkg/fastpb"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -271,7 +272,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 			authz.StampHeader(req.Header, who)
 		}
 	}
-	data, err := proto.Marshal(req)
+	data, err := marshalEntry(req)
 	if err != nil {
 		return apply.Result{}, err
 	}
@@ -311,6 +312,15 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	commit.End()
 	s.count(s.ProposalsFailed)
 	return apply.Result{}, s.raftErr(ctx, err)
+}
+
+// marshalEntry encodes a request for the raft log; a put, the commonest,
+// by hand.
+func marshalEntry(req *pb.InternalRaftRequest) ([]byte, error) {
+	if data, ok := fastpb.MarshalPutEntry(nil, req); ok {
+		return data, nil
+	}
+	return proto.Marshal(req)
 }
 
 // count increments c if it is set.

@@ -2,15 +2,16 @@ package mvcc
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/kvd-dev/kvd/pkg/fastpb"
 )
 
-// The Key bucket's values are mvccpb.KeyValue in protobuf wire format. They
-// are encoded here by hand, on the hot path, without reflection; the bytes are
+// The Key bucket's values are mvccpb.KeyValue in protobuf wire format,
+// encoded by pkg/fastpb without reflection and decoded here; the bytes are
 // what proto.Marshal produces (fields in number order, zero values omitted),
 // which codec_test checks, so HashKV stays etcd's.
 
@@ -23,39 +24,8 @@ const (
 	fieldLease          = 6
 )
 
-func appendKV(dst []byte, kv *mvccpb.KeyValue) []byte {
-	if len(kv.Key) > 0 {
-		dst = protowire.AppendTag(dst, fieldKey, protowire.BytesType)
-		dst = protowire.AppendBytes(dst, kv.Key)
-	}
-	for _, f := range []struct {
-		num protowire.Number
-		v   int64
-	}{{fieldCreateRevision, kv.CreateRevision}, {fieldModRevision, kv.ModRevision}, {fieldVersion, kv.Version}} {
-		if f.v != 0 {
-			dst = protowire.AppendTag(dst, f.num, protowire.VarintType)
-			dst = protowire.AppendVarint(dst, uint64(f.v))
-		}
-	}
-	if len(kv.Value) > 0 {
-		dst = protowire.AppendTag(dst, fieldValue, protowire.BytesType)
-		dst = protowire.AppendBytes(dst, kv.Value)
-	}
-	if kv.Lease != 0 {
-		dst = protowire.AppendTag(dst, fieldLease, protowire.VarintType)
-		dst = protowire.AppendVarint(dst, uint64(kv.Lease))
-	}
-	return dst
-}
-
-// kvSize bounds the encoded size: six one-byte tags, two length prefixes
-// and four varints of at most binary.MaxVarintLen64 bytes each.
-func kvSize(kv *mvccpb.KeyValue) int {
-	return len(kv.Key) + len(kv.Value) + 6 + 6*binary.MaxVarintLen64
-}
-
 func marshalKV(kv *mvccpb.KeyValue) []byte {
-	return appendKV(make([]byte, 0, kvSize(kv)), kv)
+	return fastpb.AppendKeyValue(make([]byte, 0, fastpb.SizeKeyValue(kv)), kv)
 }
 
 // unmarshalKV decodes b into kv. Key and Value share one copy of b, so kv
