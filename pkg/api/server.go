@@ -161,8 +161,6 @@ type Server struct {
 	slow apply.SlowLog
 	// defrags counts the Defragment calls in progress.
 	defrags atomic.Int32
-	// timeouts end proposals that outlive the request timeout.
-	timeouts sharedTimeouts
 }
 
 // Defragmenting reports whether a Defragment is in progress
@@ -194,7 +192,12 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.ElectionTimeout <= 0 {
 		cfg.ElectionTimeout = time.Second
 	}
-	s := &Server{cfg: cfg, Deps: d, tracing: tracing, timeouts: sharedTimeouts{timeout: cfg.RequestTimeout}}
+	s := &Server{cfg: cfg, Deps: d, tracing: tracing}
+	if d.Registry != nil {
+		// The registry ends a proposal's wait when its caller gives up or
+		// the request timeout passes: propose waits on the result alone.
+		d.Registry.Sweep(cfg.RequestTimeout)
+	}
 	s.slow = apply.SlowLog{Logger: d.Logger, Limit: cfg.WarningApplyDuration, Slow: d.SlowReads}
 	s.leader.creds = d.LeaderCreds
 	s.ids.init(d.Raft.ID(), time.Now())
@@ -279,7 +282,6 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	if len(data) > s.cfg.MaxRequestBytes {
 		return apply.Result{}, rpctypes.ErrGRPCRequestTooLarge
 	}
-	expired := s.timeouts.expiry()
 	cctx, commit := s.span(ctx, "raft.commit")
 	pctx, pspan := s.span(ctx, "raft.propose")
 	var proposal context.Context
@@ -297,21 +299,15 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 		s.count(s.ProposalsFailed)
 		return apply.Result{}, s.raftErr(ctx, err)
 	}
-	select {
-	case res := <-ch:
-		if res.Dropped == nil {
-			return res, nil
-		}
-		err = res.Dropped
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-expired:
-		err = context.DeadlineExceeded
+	// The registry ends the wait if ctx ends or the request timeout passes
+	// (Registry.Sweep), with Dropped set as for a proposal raft refused.
+	res := <-ch
+	if res.Dropped == nil {
+		return res, nil
 	}
-	s.Registry.Cancel(id)
 	commit.End()
 	s.count(s.ProposalsFailed)
-	return apply.Result{}, s.raftErr(ctx, err)
+	return apply.Result{}, s.raftErr(ctx, res.Dropped)
 }
 
 // marshalEntry encodes a request for the raft log; a put, the commonest,

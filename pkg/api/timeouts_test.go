@@ -14,39 +14,6 @@ import (
 	"github.com/kvd-dev/kvd/pkg/raftnode"
 )
 
-// A proposal's shared timeout never fires before the request timeout has
-// passed since the proposal asked for it, nor much later; proposals asking
-// within one grain share the channel.
-func TestSharedTimeoutsNeverEarly(t *testing.T) {
-	const timeout = 150 * time.Millisecond
-	ts := sharedTimeouts{timeout: timeout}
-	type asked struct {
-		at time.Time
-		ch <-chan struct{}
-	}
-	var all []asked
-	for i := 0; i < 12; i++ {
-		all = append(all, asked{time.Now(), ts.expiry()})
-		time.Sleep(timeoutGrain / 4)
-	}
-	if all[0].ch != all[1].ch {
-		t.Error("proposals a moment apart got different timeouts")
-	}
-	if all[0].ch == all[len(all)-1].ch {
-		t.Error("proposals far apart share one timeout")
-	}
-	for i, a := range all {
-		<-a.ch
-		waited := time.Since(a.at)
-		if waited < timeout {
-			t.Errorf("proposal %d timed out after %v, before the request timeout %v", i, waited, timeout)
-		}
-		if waited > timeout+timeoutGrain+time.Second {
-			t.Errorf("proposal %d timed out only after %v", i, waited)
-		}
-	}
-}
-
 // stuckRaft takes proposals and never commits them.
 type stuckRaft struct{ gapRaft }
 
@@ -71,6 +38,27 @@ func TestProposalTimesOut(t *testing.T) {
 	}
 	if d := time.Since(start); d < timeout {
 		t.Fatalf("timed out after %v, before the request timeout", d)
+	}
+	if failed.n != 1 {
+		t.Errorf("%d proposals counted failed, want 1", failed.n)
+	}
+	if n := s.Registry.Len(); n != 0 {
+		t.Errorf("%d waiters left", n)
+	}
+}
+
+// A proposal whose caller gives up (its context canceled) ends soon after,
+// with the context's error, counted as failed, leaving no waiter behind.
+func TestProposalEndsWithItsContext(t *testing.T) {
+	failed := &countingCounter{}
+	s := New(Config{RequestTimeout: time.Hour, MaxRequestBytes: 1 << 20}, Deps{
+		Raft: &stuckRaft{}, Registry: apply.NewRegistry(), Applied: apply.NewApplied(0), ProposalsFailed: failed,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	_, err := s.propose(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("k")}})
+	if !errors.Is(err, rpctypes.ErrGRPCCanceled) {
+		t.Fatalf("propose: %v, want %v", err, rpctypes.ErrGRPCCanceled)
 	}
 	if failed.n != 1 {
 		t.Errorf("%d proposals counted failed, want 1", failed.n)

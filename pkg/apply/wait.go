@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
@@ -29,13 +30,33 @@ type waiter struct {
 	// unless traced.
 	proposal context.Context
 	ch       chan Result
+	// swept: a sweeping registry ends this wait (RegisterRequest's waiters);
+	// sweep is Registry.sweeps when it was registered.
+	swept bool
+	sweep uint64
 }
+
+// sweepInterval is how often a sweeping registry looks for waiters whose
+// context ended or whose request timeout passed.
+const sweepInterval = 100 * time.Millisecond
 
 // Registry hands results from the applier to the API call waiting on a
 // proposal ID.
+//
+// A sweeping registry (Sweep) also ends the waits nobody will finish, so a
+// caller waits on its result channel alone: a select over the result, its
+// context and a timeout cost a put more than a microsecond, most of it
+// locking three channels, one of them shared by every waiting call.
 type Registry struct {
 	mu sync.Mutex
 	m  map[uint64]waiter
+	// timeout is the request timeout of a sweeping registry (0: none).
+	timeout time.Duration
+	// sweepOn is set by Sweep; sweeping is whether a sweep is scheduled,
+	// which it is while any waiter is registered.
+	sweepOn, sweeping bool
+	// sweeps counts the sweeps made, the clock of the request timeout.
+	sweeps uint64
 }
 
 // NewRegistry returns an empty registry.
@@ -51,18 +72,79 @@ func (r *Registry) Register(ctx context.Context, id uint64) <-chan Result {
 // of its raft.propose span, travels to the applier too, which links the
 // backend commit of the proposal's writes to it.
 func (r *Registry) RegisterTraced(ctx, proposal context.Context, id uint64) <-chan Result {
-	return r.RegisterRequest(ctx, proposal, id, nil)
+	return r.register(ctx, proposal, id, nil, false)
 }
 
 // RegisterRequest is RegisterTraced that also keeps req, the request whose
 // encoding the caller proposes with id, for the applier (Request). Neither
-// the caller nor anyone else may change req afterwards.
+// the caller nor anyone else may change req afterwards. A sweeping registry
+// ends the wait (Sweep): the caller may wait on the channel alone. Those of
+// Register and RegisterTraced wait on their context themselves.
 func (r *Registry) RegisterRequest(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest) <-chan Result {
+	return r.register(ctx, proposal, id, req, true)
+}
+
+func (r *Registry) register(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest, sweep bool) <-chan Result {
 	ch := make(chan Result, 1)
 	r.mu.Lock()
-	r.m[id] = waiter{ctx: ctx, req: req, proposal: proposal, ch: ch}
+	swept := sweep && r.sweepOn
+	r.m[id] = waiter{ctx: ctx, req: req, proposal: proposal, ch: ch, swept: swept, sweep: r.sweeps}
+	if swept && !r.sweeping {
+		r.sweeping = true
+		time.AfterFunc(sweepInterval, r.sweep)
+	}
 	r.mu.Unlock()
 	return ch
+}
+
+// Sweep makes the registry end, with a Result whose Dropped is the reason,
+// the waits registered from now on with RegisterRequest whose context ended
+// (its Err) or that last longer than timeout (context.DeadlineExceeded; 0:
+// no timeout).
+// Either happens within sweepInterval of its cause, a timeout never before
+// timeout has passed since Register.
+func (r *Registry) Sweep(timeout time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepOn, r.timeout = true, timeout
+}
+
+// sweep is one look at the waiters; it schedules the next while any is
+// left.
+func (r *Registry) sweep() {
+	type ended struct {
+		ch  chan Result
+		err error
+	}
+	var done []ended
+	r.mu.Lock()
+	r.sweeps++
+	left := 0
+	for id, w := range r.m {
+		if !w.swept {
+			continue
+		}
+		err := w.ctx.Err()
+		// Sweep w.sweep+1 came after the registration, each later one
+		// sweepInterval or more after the one before.
+		if err == nil && r.timeout > 0 && time.Duration(r.sweeps-w.sweep-1)*sweepInterval >= r.timeout {
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
+			delete(r.m, id)
+			done = append(done, ended{w.ch, err})
+			continue
+		}
+		left++
+	}
+	r.sweeping = left > 0
+	if r.sweeping {
+		time.AfterFunc(sweepInterval, r.sweep)
+	}
+	r.mu.Unlock()
+	for _, e := range done {
+		e.ch <- Result{Dropped: e.err}
+	}
 }
 
 // Request is the request registered with id (RegisterRequest), or nil.
