@@ -12,7 +12,7 @@
 #   scripts/profile.sh [OUTDIR]     (default /tmp/kvd-profile-<date>)
 #
 # Env: SECONDS_PROFILE (20), SERVERS ("kvd-bolt kvd-badger etcd"),
-# WORKLOADS ("put range-s range-l"), PORT (24890), KVD_BIN (built from
+# WORKLOADS ("put range-s range-l"; also txn), PORT (24890), KVD_BIN (built from
 # ./cmd/kvd into OUTDIR), ETCD_BIN (bin/etcd, built from e2e/cmd/etcd if
 # missing). OUTDIR gets, per server and workload, <server>-<workload>.cpu.pb.gz
 # and .allocs.pb.gz, the pprof -top tables (flat and -cum), the CPU charged
@@ -85,6 +85,7 @@ for s in $servers; do
 		put) method=Put args=(put --key-size 8 --val-size 256 --key-space-size 10000) ;;
 		range-s) method=Range args=(range --key bench/key --preload 1 --val-size 256 --consistency s) ;;
 		range-l) method=Range args=(range --key bench/key --preload 1 --val-size 256 --consistency l) ;;
+		txn) method=Txn args=(txn --key-size 8 --val-size 256 --key-space-size 10000) ;;
 		*) echo "unknown workload $w" >&2; exit 1 ;;
 		esac
 		name=$s-$w

@@ -310,10 +310,9 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	return apply.Result{}, s.raftErr(ctx, res.Dropped)
 }
 
-// marshalEntry encodes a request for the raft log; a put, the commonest,
-// by hand.
+// marshalEntry encodes a request for the raft log; the KV writes by hand.
 func marshalEntry(req *pb.InternalRaftRequest) ([]byte, error) {
-	if data, ok := fastpb.MarshalPutEntry(nil, req); ok {
+	if data, ok := fastpb.MarshalEntry(nil, req); ok {
 		return data, nil
 	}
 	return proto.Marshal(req)

@@ -15,6 +15,10 @@ func Unmarshal(b []byte, m any) (ok bool) {
 		return m != nil && unmarshalPutRequest(b, m)
 	case *pb.RangeRequest:
 		return m != nil && unmarshalRangeRequest(b, m)
+	case *pb.DeleteRangeRequest:
+		return m != nil && unmarshalDeleteRangeRequest(b, m)
+	case *pb.TxnRequest:
+		return m != nil && unmarshalTxnRequest(b, m, 0)
 	}
 	return false
 }

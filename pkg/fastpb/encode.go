@@ -1,12 +1,13 @@
-// Package fastpb encodes and decodes, by hand, the few protobuf messages
-// that every put and range carries: the requests as they arrive, the
-// responses as they leave, and a put's raft entry. protobuf-go's generic
+// Package fastpb encodes and decodes, by hand, the protobuf messages that
+// every KV request carries: put, range, delete-range and txn requests as
+// they arrive, their responses as they leave, and a write's raft entry. protobuf-go's generic
 // code walks a message's field table, allocates as it goes and, through
 // gRPC's codec, sizes each message twice; for these small messages that
 // was about a twentieth of a request's CPU.
 //
 // The contract is exactness: an encoder writes the bytes proto.Marshal
-// writes (fields in number order, proto3 zero values left out), and a
+// writes (fields in number order but a oneof last, proto3 zero values left
+// out, a oneof member written even when zero), and a
 // decoder fills the message as proto.Unmarshal does. Anything outside what
 // the hand-written code knows (an unknown field, a field with an
 // unexpected wire type, unknown fields held in a message to encode) makes
@@ -24,20 +25,24 @@ import (
 )
 
 // Marshal appends the encoding of m to dst when m is one of the messages
-// this package encodes and holds nothing it does not know; ok is false
-// otherwise (dst is then returned unchanged).
+// this package encodes (the responses to put, range, delete-range and txn)
+// and holds nothing it does not know; ok is false otherwise (dst is then
+// returned unchanged).
 func Marshal(dst []byte, m any) (out []byte, ok bool) {
+	n, ok := Size(m)
+	if !ok {
+		return dst, false
+	}
+	dst = grow(dst, n)
 	switch m := m.(type) {
 	case *pb.PutResponse:
-		if m == nil || !putResponseKnown(m) {
-			return dst, false
-		}
 		return appendPutResponse(dst, m), true
 	case *pb.RangeResponse:
-		if m == nil || !rangeResponseKnown(m) {
-			return dst, false
-		}
 		return appendRangeResponse(dst, m), true
+	case *pb.DeleteRangeResponse:
+		return appendDeleteRangeResponse(dst, m), true
+	case *pb.TxnResponse:
+		return appendTxnResponse(dst, m, 0), true
 	}
 	return dst, false
 }
@@ -56,43 +61,76 @@ func Size(m any) (n int, ok bool) {
 			return 0, false
 		}
 		return sizeRangeResponse(m), true
+	case *pb.DeleteRangeResponse:
+		return sizeDeleteRangeResponse(m)
+	case *pb.TxnResponse:
+		return sizeTxnResponse(m, 0)
 	}
 	return 0, false
 }
 
-// MarshalPutEntry appends the encoding of a raft entry that carries one
-// put: an InternalRaftRequest with only Header and Put set. ok is false for
-// any other shape.
-func MarshalPutEntry(dst []byte, r *pb.InternalRaftRequest) (out []byte, ok bool) {
-	if !isPutEntry(r) {
+// MarshalEntry appends the encoding of a raft entry that carries one KV
+// write: an InternalRaftRequest with a Header (or none) and one of Put,
+// DeleteRange and Txn. ok is false for any other shape.
+func MarshalEntry(dst []byte, r *pb.InternalRaftRequest) (out []byte, ok bool) {
+	if !isWriteEntry(r) {
 		return dst, false
 	}
-	h, p := r.Header, r.Put
-	hs, ps := sizeRequestHeader(h), sizePutRequest(p)
-	n := 0
-	if h != nil {
-		n += tagSize(100) + lenSize(hs)
+	var num protowire.Number
+	var body int
+	switch {
+	case r.Put != nil:
+		num, body = 4, sizePutRequest(r.Put)
+	case r.DeleteRange != nil:
+		num, body = 5, sizeDeleteRangeRequest(r.DeleteRange)
+	default:
+		if body, ok = sizeTxnRequest(r.Txn, 0); !ok {
+			return dst, false
+		}
+		num = 6
 	}
-	n += tagSize(4) + lenSize(ps)
-	dst = grow(dst, n)
-	// Fields in number order: put (4) before header (100).
-	dst = protowire.AppendTag(dst, 4, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(ps))
-	dst = appendPutRequest(dst, p)
+	h := r.Header
+	n := sizeMsg(num, body)
 	if h != nil {
-		dst = protowire.AppendTag(dst, 100, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(hs))
+		n += sizeMsg(100, sizeRequestHeader(h))
+	}
+	dst = grow(dst, n)
+	// Fields in number order: the request (4-6) before the header (100).
+	dst = appendMsgHead(dst, num, body)
+	switch num {
+	case 4:
+		dst = appendPutRequest(dst, r.Put)
+	case 5:
+		dst = appendDeleteRangeRequest(dst, r.DeleteRange)
+	default:
+		dst = appendTxnRequest(dst, r.Txn, 0)
+	}
+	if h != nil {
+		dst = appendMsgHead(dst, 100, sizeRequestHeader(h))
 		dst = appendRequestHeader(dst, h)
 	}
 	return dst, true
 }
 
-// isPutEntry reports whether r is an InternalRaftRequest with a Put, maybe
-// a Header, and nothing else (unknown fields included), which protobuf-go
-// would encode without error.
-func isPutEntry(r *pb.InternalRaftRequest) bool {
-	if r == nil || r.Put == nil || len(r.ProtoReflect().GetUnknown()) != 0 ||
-		len(r.Put.ProtoReflect().GetUnknown()) != 0 {
+// isWriteEntry reports whether r is an InternalRaftRequest with one of Put,
+// DeleteRange and Txn, maybe a Header, and nothing else (unknown fields
+// included), which protobuf-go would encode without error. (A txn's own
+// fields are checked as its size is taken.)
+func isWriteEntry(r *pb.InternalRaftRequest) bool {
+	if r == nil || !known(r) {
+		return false
+	}
+	switch {
+	case r.Put != nil && r.DeleteRange == nil && r.Txn == nil:
+		if !known(r.Put) {
+			return false
+		}
+	case r.DeleteRange != nil && r.Put == nil && r.Txn == nil:
+		if !known(r.DeleteRange) {
+			return false
+		}
+	case r.Txn != nil && r.Put == nil && r.DeleteRange == nil:
+	default:
 		return false
 	}
 	// protobuf-go refuses a string field that is not UTF-8.
@@ -101,8 +139,7 @@ func isPutEntry(r *pb.InternalRaftRequest) bool {
 	}
 	// TestPutEntryFieldsComplete sets every other field in turn, so a field
 	// that a newer api module adds cannot slip through this list.
-	return r.ID == 0 && r.Range == nil && r.DeleteRange == nil && r.Txn == nil &&
-		r.Compaction == nil && r.LeaseGrant == nil && r.LeaseRevoke == nil && r.Alarm == nil &&
+	return r.ID == 0 && r.Range == nil && r.Compaction == nil && r.LeaseGrant == nil && r.LeaseRevoke == nil && r.Alarm == nil &&
 		r.LeaseCheckpoint == nil && r.AuthEnable == nil && r.AuthDisable == nil && r.AuthStatus == nil &&
 		r.Authenticate == nil && r.AuthUserAdd == nil && r.AuthUserDelete == nil && r.AuthUserGet == nil &&
 		r.AuthUserChangePassword == nil && r.AuthUserGrantRole == nil && r.AuthUserRevokeRole == nil &&
@@ -259,7 +296,6 @@ func sizePutResponse(m *pb.PutResponse) int {
 }
 
 func appendPutResponse(b []byte, m *pb.PutResponse) []byte {
-	b = grow(b, sizePutResponse(m))
 	if m.Header != nil {
 		b = appendMsgHead(b, 1, sizeResponseHeader(m.Header))
 		b = appendResponseHeader(b, m.Header)
@@ -283,7 +319,6 @@ func sizeRangeResponse(m *pb.RangeResponse) int {
 }
 
 func appendRangeResponse(b []byte, m *pb.RangeResponse) []byte {
-	b = grow(b, sizeRangeResponse(m))
 	if m.Header != nil {
 		b = appendMsgHead(b, 1, sizeResponseHeader(m.Header))
 		b = appendResponseHeader(b, m.Header)

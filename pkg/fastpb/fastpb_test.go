@@ -2,6 +2,7 @@ package fastpb
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -89,8 +90,98 @@ func (g gen) rangeRequest() *pb.RangeRequest {
 		MaxModRevision: g.i64(), MinCreateRevision: g.i64(), MaxCreateRevision: g.i64()}
 }
 
-func (g gen) putEntry() *pb.InternalRaftRequest {
-	r := &pb.InternalRaftRequest{Put: g.putRequest()}
+func (g gen) deleteRangeRequest() *pb.DeleteRangeRequest {
+	return &pb.DeleteRangeRequest{Key: g.bytes(), RangeEnd: g.bytes(), PrevKv: g.bool()}
+}
+
+func (g gen) compare() *pb.Compare {
+	c := &pb.Compare{Result: pb.Compare_CompareResult(g.r.IntN(5) - 1), Target: pb.Compare_CompareTarget(g.r.IntN(6)),
+		Key: g.bytes(), RangeEnd: g.bytes()}
+	switch g.r.IntN(6) {
+	case 0:
+		c.TargetUnion = &pb.Compare_Version{Version: g.i64()}
+	case 1:
+		c.TargetUnion = &pb.Compare_CreateRevision{CreateRevision: g.i64()}
+	case 2:
+		c.TargetUnion = &pb.Compare_ModRevision{ModRevision: g.i64()}
+	case 3:
+		c.TargetUnion = &pb.Compare_Value{Value: g.bytes()}
+	case 4:
+		c.TargetUnion = &pb.Compare_Lease{Lease: g.i64()}
+	}
+	return c
+}
+
+func (g gen) requestOp(depth int) *pb.RequestOp {
+	switch g.r.IntN(5) {
+	case 0:
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: g.rangeRequest()}}
+	case 1:
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: g.putRequest()}}
+	case 2:
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: g.deleteRangeRequest()}}
+	case 3:
+		if depth < 3 {
+			return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: g.txnRequest(depth + 1)}}
+		}
+	}
+	return &pb.RequestOp{}
+}
+
+func (g gen) txnRequest(depth int) *pb.TxnRequest {
+	t := &pb.TxnRequest{}
+	for range g.r.IntN(3) {
+		t.Compare = append(t.Compare, g.compare())
+	}
+	for range g.r.IntN(3) {
+		t.Success = append(t.Success, g.requestOp(depth))
+	}
+	for range g.r.IntN(3) {
+		t.Failure = append(t.Failure, g.requestOp(depth))
+	}
+	return t
+}
+
+func (g gen) deleteRangeResponse() *pb.DeleteRangeResponse {
+	m := &pb.DeleteRangeResponse{Header: g.header(), Deleted: g.i64()}
+	for range g.r.IntN(3) {
+		m.PrevKvs = append(m.PrevKvs, g.kv())
+	}
+	return m
+}
+
+func (g gen) txnResponse(depth int) *pb.TxnResponse {
+	m := &pb.TxnResponse{Header: g.header(), Succeeded: g.bool()}
+	for range g.r.IntN(4) {
+		op := &pb.ResponseOp{}
+		switch g.r.IntN(5) {
+		case 0:
+			op.Response = &pb.ResponseOp_ResponseRange{ResponseRange: g.rangeResponse()}
+		case 1:
+			op.Response = &pb.ResponseOp_ResponsePut{ResponsePut: g.putResponse()}
+		case 2:
+			op.Response = &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: g.deleteRangeResponse()}
+		case 3:
+			if depth < 3 {
+				op.Response = &pb.ResponseOp_ResponseTxn{ResponseTxn: g.txnResponse(depth + 1)}
+			}
+		}
+		m.Responses = append(m.Responses, op)
+	}
+	return m
+}
+
+// entry is a raft entry of one KV write, as the API proposes it.
+func (g gen) entry() *pb.InternalRaftRequest {
+	r := &pb.InternalRaftRequest{}
+	switch g.r.IntN(3) {
+	case 0:
+		r.Put = g.putRequest()
+	case 1:
+		r.DeleteRange = g.deleteRangeRequest()
+	default:
+		r.Txn = g.txnRequest(0)
+	}
 	if g.r.IntN(4) != 0 {
 		r.Header = &pb.RequestHeader{ID: g.u64(), AuthRevision: g.u64()}
 		switch g.r.IntN(3) {
@@ -106,10 +197,7 @@ func (g gen) putEntry() *pb.InternalRaftRequest {
 func TestMarshalMatchesProtobuf(t *testing.T) {
 	g := gen{rand.New(rand.NewPCG(1, 2))}
 	for i := range 5000 {
-		var m proto.Message = g.putResponse()
-		if i%2 == 1 {
-			m = g.rangeResponse()
-		}
+		m := []proto.Message{g.putResponse(), g.rangeResponse(), g.deleteRangeResponse(), g.txnResponse(0)}[i%4]
 		want, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
@@ -128,32 +216,33 @@ func TestMarshalMatchesProtobuf(t *testing.T) {
 	}
 }
 
-func TestMarshalPutEntryMatchesProtobuf(t *testing.T) {
+func TestMarshalEntryMatchesProtobuf(t *testing.T) {
 	g := gen{rand.New(rand.NewPCG(3, 4))}
 	for range 3000 {
-		r := g.putEntry()
+		r := g.entry()
 		want, err := proto.Marshal(r) // fails for a user name that is not UTF-8
-		got, ok := MarshalPutEntry(nil, r)
+		got, ok := MarshalEntry(nil, r)
 		if err != nil {
 			if ok {
-				t.Fatalf("MarshalPutEntry(%v) handled what proto.Marshal refuses (%v)", r, err)
+				t.Fatalf("MarshalEntry(%v) handled what proto.Marshal refuses (%v)", r, err)
 			}
 			continue
 		}
 		if !ok || !bytes.Equal(got, want) {
-			t.Fatalf("MarshalPutEntry(%v) = %x, %v\nwant %x", r, got, ok, want)
+			t.Fatalf("MarshalEntry(%v) = %x, %v\nwant %x", r, got, ok, want)
 		}
 	}
 }
 
-// A field of InternalRaftRequest other than Header and Put, a field that
-// a newer api module adds included, is never dropped: the entry goes to
-// protobuf-go.
-func TestPutEntryFieldsComplete(t *testing.T) {
+// A field of InternalRaftRequest beside Header and the one write, a field
+// that a newer api module adds included, is never dropped: the entry goes
+// to protobuf-go.
+func TestEntryFieldsComplete(t *testing.T) {
 	fields := (&pb.InternalRaftRequest{}).ProtoReflect().Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if fd.Name() == "header" || fd.Name() == "put" {
+		switch fd.Name() {
+		case "header", "put", "delete_range", "txn":
 			continue
 		}
 		r := &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 1}, Put: &pb.PutRequest{Key: []byte("k")}}
@@ -166,13 +255,35 @@ func TestPutEntryFieldsComplete(t *testing.T) {
 		default:
 			t.Fatalf("field %s of kind %v: teach this test to set it", fd.Name(), fd.Kind())
 		}
-		if out, ok := MarshalPutEntry(nil, r); ok {
+		if out, ok := MarshalEntry(nil, r); ok {
 			t.Errorf("MarshalPutEntry handled an entry with %s set: %x", fd.Name(), out)
 		}
 	}
-	if _, ok := MarshalPutEntry(nil, &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 1}}); ok {
-		t.Error("MarshalPutEntry handled an entry without a put")
+	for _, r := range []*pb.InternalRaftRequest{
+		{Header: &pb.RequestHeader{ID: 1}},
+		{Put: &pb.PutRequest{}, Txn: &pb.TxnRequest{}},
+		{DeleteRange: &pb.DeleteRangeRequest{}, Put: &pb.PutRequest{}},
+		{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{nil}}},
+		{Txn: &pb.TxnRequest{Compare: []*pb.Compare{nil}}},
+		{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{}}}}},
+		{Txn: deepTxn(maxTxnDepth + 1)},
+	} {
+		if out, ok := MarshalEntry(nil, r); ok {
+			t.Errorf("MarshalEntry handled %v: %x", r, out)
+		}
 	}
+	if _, ok := MarshalEntry(nil, &pb.InternalRaftRequest{Txn: deepTxn(maxTxnDepth)}); !ok {
+		t.Error("MarshalEntry left a txn nested to the limit to protobuf-go")
+	}
+}
+
+// deepTxn is a txn with txns nested depth deep in its success branch.
+func deepTxn(depth int) *pb.TxnRequest {
+	t := &pb.TxnRequest{}
+	if depth > 0 {
+		t.Success = []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: deepTxn(depth - 1)}}}
+	}
+	return t
 }
 
 // Messages holding unknown fields, or other types, are left to protobuf-go.
@@ -192,8 +303,15 @@ func TestMarshalLeavesUnknownFieldsToProtobuf(t *testing.T) {
 		&pb.RangeResponse{Header: hdr()},
 		&pb.RangeResponse{Kvs: []*mvccpb.KeyValue{{Key: []byte("a")}, kv()}},
 		&pb.RangeResponse{Kvs: []*mvccpb.KeyValue{nil}},
+		withUnknown(&pb.DeleteRangeResponse{}),
+		&pb.DeleteRangeResponse{PrevKvs: []*mvccpb.KeyValue{kv()}},
+		withUnknown(&pb.TxnResponse{}),
+		&pb.TxnResponse{Responses: []*pb.ResponseOp{nil}},
+		&pb.TxnResponse{Responses: []*pb.ResponseOp{withUnknown(&pb.ResponseOp{}).(*pb.ResponseOp)}},
+		&pb.TxnResponse{Responses: []*pb.ResponseOp{{Response: &pb.ResponseOp_ResponsePut{ResponsePut: &pb.PutResponse{Header: hdr()}}}}},
+		&pb.TxnResponse{Responses: []*pb.ResponseOp{{Response: &pb.ResponseOp_ResponseRange{}}}},
 		(*pb.PutResponse)(nil),
-		&pb.TxnResponse{},
+		&pb.CompactionResponse{},
 		"not a message",
 	} {
 		if out, ok := Marshal(nil, m); ok {
@@ -205,7 +323,7 @@ func TestMarshalLeavesUnknownFieldsToProtobuf(t *testing.T) {
 	}
 	r := &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 1}, Put: &pb.PutRequest{Key: []byte("k")}}
 	r.Put.ProtoReflect().SetUnknown(unknown)
-	if _, ok := MarshalPutEntry(nil, r); ok {
+	if _, ok := MarshalEntry(nil, r); ok {
 		t.Error("MarshalPutEntry handled a put with unknown fields")
 	}
 }
@@ -213,10 +331,8 @@ func TestMarshalLeavesUnknownFieldsToProtobuf(t *testing.T) {
 func TestUnmarshalRoundTrip(t *testing.T) {
 	g := gen{rand.New(rand.NewPCG(5, 6))}
 	for i := range 5000 {
-		var in, out proto.Message = g.putRequest(), &pb.PutRequest{}
-		if i%2 == 1 {
-			in, out = g.rangeRequest(), &pb.RangeRequest{}
-		}
+		in := []proto.Message{g.putRequest(), g.rangeRequest(), g.deleteRangeRequest(), g.txnRequest(0)}[i%4]
+		out := in.ProtoReflect().New().Interface()
 		b, err := proto.Marshal(in)
 		if err != nil {
 			t.Fatal(err)
@@ -252,17 +368,39 @@ func checkUnmarshal(t *testing.T, b []byte, into proto.Message, mustHandle bool)
 	if !proto.Equal(fast, slow) {
 		t.Fatalf("Unmarshal(%x) kept references to its input", b)
 	}
-	fields := slow.ProtoReflect().Descriptor().Fields()
+	if path, ok := sameNils(fast.ProtoReflect(), slow.ProtoReflect(), ""); !ok {
+		t.Fatalf("Unmarshal(%x): bytes field %s nil in one decoding, not in the other", b, path)
+	}
+}
+
+// sameNils walks two equal messages and reports the first bytes field,
+// nested ones included, that is nil in one and not in the other.
+func sameNils(a, b protoreflect.Message, path string) (string, bool) {
+	fields := a.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if fd.Kind() != protoreflect.BytesKind {
-			continue
-		}
-		fb, sb := fast.ProtoReflect().Get(fd).Bytes(), slow.ProtoReflect().Get(fd).Bytes()
-		if (fb == nil) != (sb == nil) {
-			t.Fatalf("Unmarshal(%x): field %s nil %v, protobuf-go's nil %v", b, fd.Name(), fb == nil, sb == nil)
+		p := path + "." + string(fd.Name())
+		switch {
+		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			la, lb := a.Get(fd).List(), b.Get(fd).List()
+			for j := range la.Len() {
+				if q, ok := sameNils(la.Get(j).Message(), lb.Get(j).Message(), fmt.Sprintf("%s[%d]", p, j)); !ok {
+					return q, false
+				}
+			}
+		case fd.Kind() == protoreflect.MessageKind:
+			if a.Has(fd) {
+				if q, ok := sameNils(a.Get(fd).Message(), b.Get(fd).Message(), p); !ok {
+					return q, false
+				}
+			}
+		case fd.Kind() == protoreflect.BytesKind && !fd.IsList():
+			if (a.Get(fd).Bytes() == nil) != (b.Get(fd).Bytes() == nil) {
+				return p, false
+			}
 		}
 	}
+	return "", true
 }
 
 // Inputs protobuf-go reads otherwise than as plain known fields (unknown
@@ -305,7 +443,7 @@ func TestUnmarshalEdges(t *testing.T) {
 			}
 		})
 	}
-	if Unmarshal([]byte{}, &pb.TxnRequest{}) || Unmarshal(nil, (*pb.PutRequest)(nil)) {
+	if Unmarshal([]byte{}, &pb.CompactionRequest{}) || Unmarshal(nil, (*pb.PutRequest)(nil)) {
 		t.Fatal("Unmarshal handled a message it does not decode")
 	}
 }
@@ -313,7 +451,7 @@ func TestUnmarshalEdges(t *testing.T) {
 func FuzzUnmarshal(f *testing.F) {
 	g := gen{rand.New(rand.NewPCG(7, 8))}
 	for range 8 {
-		for _, m := range []proto.Message{g.putRequest(), g.rangeRequest()} {
+		for _, m := range []proto.Message{g.putRequest(), g.rangeRequest(), g.deleteRangeRequest(), g.txnRequest(0)} {
 			b, err := proto.Marshal(m)
 			if err != nil {
 				f.Fatal(err)
@@ -324,6 +462,8 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkUnmarshal(t, b, &pb.PutRequest{}, false)
 		checkUnmarshal(t, b, &pb.RangeRequest{}, false)
+		checkUnmarshal(t, b, &pb.DeleteRangeRequest{}, false)
+		checkUnmarshal(t, b, &pb.TxnRequest{}, false)
 	})
 }
 
@@ -365,4 +505,38 @@ func BenchmarkUnmarshalPutRequest(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A request op with two members (protobuf-go keeps the last, merging a
+// message member seen twice) and a txn nested deeper than maxTxnDepth go to
+// protobuf-go; a compare's oneof takes its last member, as protobuf-go's.
+func TestUnmarshalTxnEdges(t *testing.T) {
+	put, err := proto.Marshal(&pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(num protowire.Number, body []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), body)
+	}
+	twoMembers := msg(2, append(msg(2, put), msg(1, nil)...))
+	samePutTwice := msg(2, append(msg(2, put), msg(2, put)...))
+	for _, b := range [][]byte{twoMembers, samePutTwice} {
+		checkUnmarshal(t, b, &pb.TxnRequest{}, false)
+		if Unmarshal(b, &pb.TxnRequest{}) {
+			t.Errorf("Unmarshal(%x) handled a request op with two members", b)
+		}
+	}
+	compare := msg(1, append(protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 3), msg(7, nil)...))
+	checkUnmarshal(t, compare, &pb.TxnRequest{}, true)
+
+	for depth, handled := range map[int]bool{maxTxnDepth: true, maxTxnDepth + 1: false} {
+		b, err := proto.Marshal(deepTxn(depth))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkUnmarshal(t, b, &pb.TxnRequest{}, handled)
+		if !handled && Unmarshal(b, &pb.TxnRequest{}) {
+			t.Errorf("Unmarshal handled a txn nested %d deep", depth)
+		}
+	}
 }
