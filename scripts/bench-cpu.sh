@@ -68,7 +68,7 @@ for ((r = 0; r < rounds; r++)); do
 			c1=$(cpu)
 			rps=$(sed -n 's/.*"rps":\([^,}]*\).*/\1/p' <<<"$out")
 			p99=$(sed -n 's/.*"p99":\([^,}]*\).*/\1/p' <<<"$out")
-			printf '| %s | %s | %.0f | %.1f | %d |\n' "$s" "$w" "${rps:-0}" "${p99:-0}" $(((c1 - c0) / n))
+			printf '| %s | %s | %.0f | %.1f | %.1f |\n' "$s" "$w" "${rps:-0}" "${p99:-0}" "$(awk -v c="$((c1 - c0))" -v n="$n" 'BEGIN { print c / n }')"
 		done
 		kill "$pid"
 		wait "$pid" 2>/dev/null || true
