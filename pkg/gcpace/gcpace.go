@@ -1,6 +1,7 @@
 // Package gcpace paces Go's garbage collector on the heap that needs
 // collecting, leaving out big pointer-free arenas that live as long as the
-// process (Badger's memtable skiplists).
+// process (Badger's memtable skiplists), and never collecting more often
+// than after minRest of growth (GOGC% of it).
 //
 // GOGC starts the next collection once the heap has grown by GOGC% of what
 // the last one found live. A 200 MiB Badger arena on the Go heap therefore
@@ -11,6 +12,12 @@
 // throughput. Marking an arena without pointers costs next to nothing, so
 // collecting after GOGC% of the rest is cheap and keeps allocation on warm
 // memory.
+//
+// A small heap needs the floor: a collection has a cost of its own besides
+// the heap it marks (every goroutine's stack scanned, and shrunk; gRPC's
+// 256 stream workers then grow theirs again on their next call), and with
+// the runtime's 4 MiB minimum a member serving 1-key ranges from a small
+// store collected every 600 requests.
 //
 // The tuner re-reads the live heap after every collection and sets the GC
 // percent so that the heap may grow by GOGC% of (live - excluded), at least
@@ -25,14 +32,16 @@ import (
 	"sync"
 )
 
-// minRest is the least heap the headroom is computed from: the runtime's
-// own minimum, so a member with an excluded arena collects as one without
-// it would. The allocation working set between collections costs cache
-// misses on every request: on 3-member Badger clusters (scripts/cluster-ab.sh,
-// interleaved rounds) a 32 MiB floor gave 472 one-client puts/s against 489
-// with 4 MiB, and at 100 clients 5,676 puts/s at 299 µs of CPU each against
-// 6,134 at 270 µs.
-const minRest = 4 << 20
+// minRest is the least heap the headroom is computed from. Against the
+// runtime's own 4 MiB (one member, 100 clients, 100,000 requests a run,
+// alternating; docs/benchmarks.md, "A floor under the GC's pace"): 1-key
+// ranges 31 -> 21 µs of CPU on bolt, puts and txns 5-20% less, on both
+// engines; 32 MiB did no better than 16. The allocation working set
+// between collections costs cache misses, which is why it is not larger:
+// on 3-member Badger clusters with one client 16 MiB gave 595 puts/s
+// against 620 (3 rounds; at 100 clients 7,770 against 7,656), and an
+// earlier 32 MiB floor 472 against 489.
+const minRest = 16 << 20
 
 var pacer struct {
 	mu       sync.Mutex
@@ -47,9 +56,11 @@ var pacer struct {
 }
 
 // Exclude takes n bytes of long-lived, pointer-free heap out of the GC pacing
-// until release is called. Calls add up; release is idempotent.
+// until release is called; Exclude(0) paces with the floor alone. Calls add
+// up; release is idempotent, and the runtime's pacing comes back once every
+// call is released.
 func Exclude(n int64) (release func()) {
-	if n <= 0 {
+	if n < 0 {
 		return func() {}
 	}
 	pacer.mu.Lock()
@@ -136,12 +147,12 @@ func tuneLocked() {
 }
 
 // percent is the GC percent that lets a heap of live bytes grow by base% of
-// its part outside excluded (at least of minRest), never more than base.
+// its part outside excluded, at least by base% of minRest.
 func percent(live, excluded int64, base int) int {
 	if live <= 0 {
 		return base
 	}
 	rest := max(live-excluded, minRest)
 	p := int(rest * int64(base) / live)
-	return min(max(p, 1), base)
+	return max(p, 1)
 }

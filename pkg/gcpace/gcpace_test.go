@@ -17,12 +17,16 @@ func TestPercent(t *testing.T) {
 		{live: 100 << 20, excluded: 0, base: 100, want: 100},
 		{live: 300 << 20, excluded: 200 << 20, base: 100, want: 33},
 		{live: 300 << 20, excluded: 200 << 20, base: 50, want: 16},
-		// The rest never counts as less than minRest (4 MiB).
-		{live: 202 << 20, excluded: 200 << 20, base: 100, want: 1},
-		{live: 208 << 20, excluded: 200 << 20, base: 100, want: 3},
+		// The rest never counts as less than minRest (16 MiB), so a small
+		// heap may grow by more than GOGC% of itself.
+		{live: 202 << 20, excluded: 200 << 20, base: 100, want: 7},
+		{live: 216 << 20, excluded: 200 << 20, base: 100, want: 7},
 		{live: 3200 << 20, excluded: 3190 << 20, base: 100, want: 1},
-		{live: 8 << 20, excluded: 200 << 20, base: 100, want: 50},
-		{live: 1 << 20, excluded: 200 << 20, base: 100, want: 100},
+		{live: 8 << 20, excluded: 200 << 20, base: 100, want: 200},
+		{live: 1 << 20, excluded: 200 << 20, base: 100, want: 1600},
+		{live: 4 << 20, excluded: 0, base: 100, want: 400},
+		{live: 4 << 20, excluded: 0, base: 50, want: 200},
+		{live: 32 << 20, excluded: 0, base: 100, want: 100},
 	} {
 		if got := percent(tc.live, tc.excluded, tc.base); got != tc.want {
 			t.Errorf("percent(%d, %d, %d) = %d, want %d", tc.live, tc.excluded, tc.base, got, tc.want)
@@ -97,6 +101,31 @@ func TestExcludedArenaLeavesThePacing(t *testing.T) {
 		t.Fatalf("after release: goal %d - live %d: the arena should count again", goal, live)
 	}
 	runtime.KeepAlive(arena)
+}
+
+// TestSmallHeapWaitsForTheFloor: with nothing excluded, a small heap is
+// collected after it grew by minRest (at GOGC=100), not after the runtime's
+// 4 MiB; released, the runtime's pacing is back.
+func TestSmallHeapWaitsForTheFloor(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	release := Exclude(0)
+	runtime.GC()
+	deadline := time.Now().Add(5 * time.Second)
+	live, goal := readGoal()
+	for goal-live < minRest*9/10 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		live, goal = readGoal()
+	}
+	if live >= minRest {
+		t.Skipf("live heap %d: not a small heap", live)
+	}
+	if goal-live < minRest*9/10 {
+		t.Fatalf("with the floor: goal %d - live %d, want about %d", goal, live, minRest)
+	}
+	release()
+	if p := gogc(); p != 100 {
+		t.Fatalf("GC percent %d after release, want GOGC's 100", p)
+	}
 }
 
 func TestGOGCOffIsLeftAlone(t *testing.T) {

@@ -111,13 +111,16 @@ func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Lo
 	if err != nil {
 		return nil, err
 	}
-	// An engine's arena on the Go heap (Badger's memtable) must not set the
-	// collector's pace. A snapshot install reopens the same engine with the
-	// same options, so one exclusion covers the member's lifetime.
+	// The collector is paced by pkg/gcpace on either engine (a floor under
+	// its pace), and an engine's arena on the Go heap (Badger's memtable)
+	// must not set the pace. A snapshot install reopens the same engine with
+	// the same options, so one exclusion covers the member's lifetime.
+	var arena int64
 	if a, ok := be.(interface{ HeapArenaBytes() int64 }); ok {
-		release := gcpace.Exclude(a.HeapArenaBytes())
-		lc.Append(fx.Hook{OnStop: func(context.Context) error { release(); return nil }})
+		arena = a.HeapArenaBytes()
 	}
+	release := gcpace.Exclude(arena)
+	lc.Append(fx.Hook{OnStop: func(context.Context) error { release(); return nil }})
 	return be, nil
 }
 
