@@ -22,6 +22,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Marshal appends the encoding of m to dst when m is one of the messages
@@ -33,18 +34,24 @@ func Marshal(dst []byte, m any) (out []byte, ok bool) {
 	if !ok {
 		return dst, false
 	}
-	dst = grow(dst, n)
+	return Append(grow(dst, n), m), true
+}
+
+// Append appends the encoding of m, a message Size took (ok) and nobody
+// changed since, to dst: Marshal without checking m again, for a caller
+// that sized its buffer with Size.
+func Append(dst []byte, m any) []byte {
 	switch m := m.(type) {
 	case *pb.PutResponse:
-		return appendPutResponse(dst, m), true
+		return appendPutResponse(dst, m)
 	case *pb.RangeResponse:
-		return appendRangeResponse(dst, m), true
+		return appendRangeResponse(dst, m)
 	case *pb.DeleteRangeResponse:
-		return appendDeleteRangeResponse(dst, m), true
+		return appendDeleteRangeResponse(dst, m)
 	case *pb.TxnResponse:
-		return appendTxnResponse(dst, m, 0), true
+		return appendTxnResponse(dst, m, 0)
 	}
-	return dst, false
+	return dst
 }
 
 // Size is the encoded size of m, for a message Marshal encodes; ok as
@@ -134,10 +141,10 @@ func isWriteEntry(r *pb.InternalRaftRequest) bool {
 		return false
 	}
 	// protobuf-go refuses a string field that is not UTF-8.
-	if h := r.Header; h != nil && (len(h.ProtoReflect().GetUnknown()) != 0 || !utf8.ValidString(h.Username)) {
+	if h := r.Header; h != nil && (!known(h) || !utf8.ValidString(h.Username)) {
 		return false
 	}
-	// TestPutEntryFieldsComplete sets every other field in turn, so a field
+	// TestEntryFieldsComplete sets every other field in turn, so a field
 	// that a newer api module adds cannot slip through this list.
 	return r.ID == 0 && r.Range == nil && r.Compaction == nil && r.LeaseGrant == nil && r.LeaseRevoke == nil && r.Alarm == nil &&
 		r.LeaseCheckpoint == nil && r.AuthEnable == nil && r.AuthDisable == nil && r.AuthStatus == nil &&
@@ -150,29 +157,25 @@ func isWriteEntry(r *pb.InternalRaftRequest) bool {
 }
 
 func putResponseKnown(m *pb.PutResponse) bool {
-	return len(m.ProtoReflect().GetUnknown()) == 0 && headerKnown(m.Header) &&
-		(m.PrevKv == nil || kvKnown(m.PrevKv))
+	return known(m) && headerKnown(m.Header) && (m.PrevKv == nil || known(m.PrevKv))
 }
 
 func rangeResponseKnown(m *pb.RangeResponse) bool {
-	if len(m.ProtoReflect().GetUnknown()) != 0 || !headerKnown(m.Header) {
+	if !known(m) || !headerKnown(m.Header) {
 		return false
 	}
 	for _, kv := range m.Kvs {
-		if kv == nil || !kvKnown(kv) {
+		if kv == nil || !known(kv) {
 			return false
 		}
 	}
 	return true
 }
 
-func headerKnown(h *pb.ResponseHeader) bool {
-	return h == nil || len(h.ProtoReflect().GetUnknown()) == 0
-}
+// known reports whether m holds no unknown fields.
+func known(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
 
-func kvKnown(kv *mvccpb.KeyValue) bool {
-	return len(kv.ProtoReflect().GetUnknown()) == 0
-}
+func headerKnown(h *pb.ResponseHeader) bool { return h == nil || known(h) }
 
 // grow makes room for n more bytes, so the appends below allocate once.
 func grow(dst []byte, n int) []byte {

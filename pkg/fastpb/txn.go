@@ -3,7 +3,6 @@ package fastpb
 import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // Txns: their requests (compares and operations, nested txns included), their
@@ -12,9 +11,6 @@ import (
 // maxTxnDepth bounds the nesting this package decodes and encodes; deeper
 // txns go to protobuf-go.
 const maxTxnDepth = 32
-
-// known reports whether m holds no unknown fields.
-func known(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
 
 // Sizes that also validate: ok is false for anything the encoders below do
 // not write as protobuf-go would (unknown fields, nil entries, too deep).
@@ -195,7 +191,7 @@ func sizeDeleteRangeResponse(m *pb.DeleteRangeResponse) (int, bool) {
 	}
 	n += sizeU64(2, uint64(m.Deleted))
 	for _, kv := range m.PrevKvs {
-		if kv == nil || !kvKnown(kv) {
+		if kv == nil || !known(kv) {
 			return 0, false
 		}
 		n += sizeMsg(3, sizeKV(kv))

@@ -54,8 +54,8 @@ func (m *grpcMetrics) collectors() []prometheus.Collector {
 }
 
 // countingCodec is the client gRPC server's codec: gRPC's proto codec,
-// with pkg/fastpb's hand-written encoding for the messages every put and
-// range carries, counting the bytes of each message it marshals and
+// with pkg/fastpb's hand-written codec for the KV messages (put, range,
+// delete-range and txn requests and responses), counting the bytes of each message it marshals and
 // unmarshals, as etcd's v3rpc codec does (the encoded message, before
 // compression and without gRPC's frame header). It costs two atomic adds
 // per message.
@@ -85,12 +85,11 @@ func marshalFast(v any) mem.BufferSlice {
 		return nil
 	}
 	if mem.IsBelowBufferPoolingThreshold(n) {
-		buf, _ := fastpb.Marshal(make([]byte, 0, n), v)
-		return mem.BufferSlice{mem.SliceBuffer(buf)}
+		return mem.BufferSlice{mem.SliceBuffer(fastpb.Append(make([]byte, 0, n), v))}
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(n)
-	*buf, _ = fastpb.Marshal((*buf)[:0], v)
+	*buf = fastpb.Append((*buf)[:0], v)
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }
 
