@@ -290,7 +290,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	}
 	// req is the entry's request from here on: the applier uses it rather
 	// than decode the entry, and nothing here changes it.
-	ch := s.Registry.RegisterRequest(cctx, proposal, id, req)
+	wait := s.Registry.RegisterRequest(cctx, proposal, id, req)
 	err = s.Raft.ProposeAsync(pctx, data, id, s.Registry, batchable(req))
 	pspan.End()
 	if err != nil {
@@ -301,7 +301,7 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 	}
 	// The registry ends the wait if ctx ends or the request timeout passes
 	// (Registry.Sweep), with Dropped set as for a proposal raft refused.
-	res := <-ch
+	res := wait.Result()
 	if res.Dropped == nil {
 		return res, nil
 	}

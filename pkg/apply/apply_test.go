@@ -271,10 +271,10 @@ func TestBatchedEntryAppliesEachRequest(t *testing.T) {
 		}
 		reg := a.cfg.Registry
 		waits := []<-chan Result{
-			reg.RegisterRequest(t.Context(), nil, 1, reqs[0]), // proposed here
-			reg.Register(t.Context(), 2),                      // decoded
+			reg.RegisterRequest(t.Context(), nil, 1, reqs[0]).C(), // proposed here
+			reg.Register(t.Context(), 2),                          // decoded
 			reg.Register(t.Context(), 3),
-			reg.RegisterRequest(t.Context(), nil, 4, reqs[3]),
+			reg.RegisterRequest(t.Context(), nil, 4, reqs[3]).C(),
 		}
 		batch := entrybatch.Begin(nil)
 		for _, r := range reqs {

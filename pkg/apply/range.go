@@ -39,7 +39,8 @@ func Range(r mvcc.Reader, req *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	kvs := kvPointers(rr)
+	a := new(rangeAnswer)
+	kvs := kvPointers(rr, &a.one)
 	if req.MaxModRevision != 0 {
 		kvs = prune(kvs, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision > req.MaxModRevision })
 	}
@@ -71,7 +72,9 @@ func Range(r mvcc.Reader, req *pb.RangeRequest) (*pb.RangeResponse, error) {
 		sort.Sort(s)
 	}
 
-	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: rr.Rev}, Count: int64(rr.Count)}
+	resp := &a.resp
+	a.hdr.Revision = rr.Rev
+	resp.Header, resp.Count = &a.hdr, int64(rr.Count)
 	if req.Limit > 0 && int64(len(kvs)) > req.Limit {
 		kvs = kvs[:req.Limit]
 		resp.More = true
@@ -125,11 +128,25 @@ func (s kvSort) Len() int           { return len(s.kvs) }
 func (s kvSort) Swap(i, j int)      { s.kvs[i], s.kvs[j] = s.kvs[j], s.kvs[i] }
 func (s kvSort) Less(i, j int) bool { return s.less(s.kvs[i], s.kvs[j]) }
 
-func kvPointers(rr *mvcc.RangeResult) []*mvccpb.KeyValue {
+// rangeAnswer is a response, its header and a 1-key answer's KeyValue
+// pointer in one allocation instead of three.
+type rangeAnswer struct {
+	resp pb.RangeResponse
+	hdr  pb.ResponseHeader
+	one  [1]*mvccpb.KeyValue
+}
+
+// kvPointers points at rr's KeyValues, in one (one KeyValue) or a new slice.
+func kvPointers(rr *mvcc.RangeResult, one *[1]*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	if len(rr.KVs) == 0 {
 		return nil
 	}
-	kvs := make([]*mvccpb.KeyValue, len(rr.KVs))
+	var kvs []*mvccpb.KeyValue
+	if len(rr.KVs) == 1 {
+		kvs = one[:]
+	} else {
+		kvs = make([]*mvccpb.KeyValue, len(rr.KVs))
+	}
 	for i := range rr.KVs {
 		kvs[i] = &rr.KVs[i]
 	}

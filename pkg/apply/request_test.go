@@ -58,7 +58,7 @@ func TestApplierUsesRegisteredRequest(t *testing.T) {
 			return data
 		}
 		registered := &pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 7}, Put: &pb.PutRequest{Key: []byte("ka"), Value: []byte("as registered")}}
-		ch := a.cfg.Registry.RegisterRequest(context.Background(), nil, 7, registered)
+		ch := a.cfg.Registry.RegisterRequest(context.Background(), nil, 7, registered).C()
 		i1, i2, term := uint64(1), uint64(2), uint64(1)
 		ents := []*raftpb.Entry{
 			{Index: &i1, Term: &term, Data: enc(7, "as encoded")},

@@ -357,7 +357,7 @@ func deleteRange(t txnWriter, d *pb.DeleteRangeRequest, st *txnState) (*pb.Delet
 		if err != nil {
 			return nil, ToGRPC(err)
 		}
-		resp.PrevKvs = kvPointers(rr)
+		resp.PrevKvs = kvPointers(rr, new([1]*mvccpb.KeyValue))
 	}
 	n, rev := t.DeleteRange(d.Key, end)
 	resp.Deleted, resp.Header.Revision = n, rev

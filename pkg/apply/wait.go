@@ -80,12 +80,42 @@ func (r *Registry) RegisterTraced(ctx, proposal context.Context, id uint64) <-ch
 // the caller nor anyone else may change req afterwards. A sweeping registry
 // ends the wait (Sweep): the caller may wait on the channel alone. Those of
 // Register and RegisterTraced wait on their context themselves.
-func (r *Registry) RegisterRequest(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest) <-chan Result {
-	return r.register(ctx, proposal, id, req, true)
+func (r *Registry) RegisterRequest(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest) Wait {
+	ch, _ := resultChans.Get().(chan Result)
+	if ch == nil {
+		ch = make(chan Result, 1)
+	}
+	r.add(ctx, proposal, id, req, true, ch)
+	return Wait{ch: ch}
 }
+
+// resultChans recycles RegisterRequest's result channels (Wait.Result):
+// a channel of a type with pointers is two allocations.
+var resultChans sync.Pool
+
+// Wait is RegisterRequest's pending result.
+type Wait struct{ ch chan Result }
+
+// Result waits for the result. Call it once, and not after Cancel: the
+// channel goes back to be reused. The registry sends on a channel once,
+// after it forgot the wait, so nobody sends on it after this receive.
+func (w Wait) Result() Result {
+	res := <-w.ch
+	resultChans.Put(w.ch)
+	return res
+}
+
+// C is the result's channel, for a caller that selects on it; the channel
+// is not reused then.
+func (w Wait) C() <-chan Result { return w.ch }
 
 func (r *Registry) register(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest, sweep bool) <-chan Result {
 	ch := make(chan Result, 1)
+	r.add(ctx, proposal, id, req, sweep, ch)
+	return ch
+}
+
+func (r *Registry) add(ctx, proposal context.Context, id uint64, req *pb.InternalRaftRequest, sweep bool, ch chan Result) {
 	r.mu.Lock()
 	swept := sweep && r.sweepOn
 	r.m[id] = waiter{ctx: ctx, req: req, proposal: proposal, ch: ch, swept: swept, sweep: r.sweeps}
@@ -94,7 +124,6 @@ func (r *Registry) register(ctx, proposal context.Context, id uint64, req *pb.In
 		time.AfterFunc(sweepInterval, r.sweep)
 	}
 	r.mu.Unlock()
-	return ch
 }
 
 // Sweep makes the registry end, with a Result whose Dropped is the reason,

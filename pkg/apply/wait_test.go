@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"errors"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"testing"
 	"time"
 )
@@ -20,7 +21,7 @@ func TestSweepTimesWaitsOutNeverEarly(t *testing.T) {
 	}
 	var waits []wait
 	for id := range uint64(8) {
-		waits = append(waits, wait{time.Now(), r.RegisterRequest(context.Background(), nil, id, nil)})
+		waits = append(waits, wait{time.Now(), r.RegisterRequest(context.Background(), nil, id, nil).C()})
 		time.Sleep(sweepInterval / 3)
 	}
 	for i, w := range waits {
@@ -53,8 +54,8 @@ func TestSweepEndsWaitsOfEndedContexts(t *testing.T) {
 	r := NewRegistry()
 	r.Sweep(0)
 	ctx, cancel := context.WithCancel(context.Background())
-	canceled := r.RegisterRequest(ctx, nil, 1, nil)
-	answered := r.RegisterRequest(ctx, nil, 2, nil)
+	canceled := r.RegisterRequest(ctx, nil, 1, nil).C()
+	answered := r.RegisterRequest(ctx, nil, 2, nil).C()
 	own := r.Register(ctx, 3)
 	r.Trigger(2, Result{Err: errors.New("applied")})
 	cancel()
@@ -79,10 +80,28 @@ func TestNoSweepWithoutSweep(t *testing.T) {
 	r := NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	ch := r.RegisterRequest(ctx, nil, 1, nil)
+	ch := r.RegisterRequest(ctx, nil, 1, nil).C()
 	select {
 	case res := <-ch:
 		t.Fatalf("wait ended without Sweep: %+v", res)
 	case <-time.After(3 * sweepInterval):
+	}
+}
+
+// Result's channels are reused: every wait still gets its own result, never
+// one left from an earlier wait.
+func TestWaitResultsAfterReuse(t *testing.T) {
+	r := NewRegistry()
+	r.Sweep(time.Minute)
+	for id := range uint64(1000) {
+		w := r.RegisterRequest(context.Background(), nil, id, nil)
+		r.Trigger(id, Result{Resp: &pb.PutResponse{Header: &pb.ResponseHeader{Revision: int64(id)}}})
+		res := w.Result()
+		if got := res.Resp.(*pb.PutResponse).Header.Revision; got != int64(id) {
+			t.Fatalf("wait %d got the result of %d", id, got)
+		}
+	}
+	if n := r.Len(); n != 0 {
+		t.Fatalf("%d waiters left", n)
 	}
 }

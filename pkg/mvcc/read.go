@@ -57,7 +57,10 @@ type ReadTxn struct {
 	active, frozen []bufEntry
 	tx             backend.ReadTx
 	scratch        []byte
-	ended          bool
+	// scratchBuf backs scratch: a revision key built by appends would
+	// cost two allocations a read.
+	scratchBuf [markedRevBytesLen]byte
+	ended      bool
 	// n counts the view's ranges; End adds them to the store's.
 	n txnOps
 }
@@ -69,6 +72,7 @@ type ReadTxn struct {
 func (s *Store) Read() *ReadTxn {
 	s.mu.RLock()
 	t := &ReadTxn{s: s, rev: s.rev.Load(), compactRev: s.compactRev}
+	t.scratch = t.scratchBuf[:0]
 	st := s.bufs.Load()
 	t.active, t.frozen = st.active, st.frozen
 	return t
@@ -107,6 +111,12 @@ func (t *ReadTxn) End() {
 	t.s.mu.RUnlock()
 }
 
+// rangeResult1 is a RangeResult with room for one KeyValue.
+type rangeResult1 struct {
+	res RangeResult
+	one [1]mvccpb.KeyValue
+}
+
 // revGetter reads the KeyValue put at a revision: a read view or a batch.
 type revGetter interface {
 	getRev(rev index.Revision) ([]byte, bool, error)
@@ -128,11 +138,19 @@ func rangeKeys(idx *index.Index, tx revGetter, key, end []byte, curRev, compactR
 		return &RangeResult{Rev: curRev, Count: idx.CountRevisions(key, end, rev)}, nil
 	}
 	revs, total := idx.Revisions(key, end, rev, int(ro.Limit))
-	res := &RangeResult{Rev: curRev, Count: total}
-	if len(revs) == 0 {
-		return res, nil
+	var res *RangeResult
+	switch len(revs) {
+	case 0:
+		return &RangeResult{Rev: curRev, Count: total}, nil
+	case 1:
+		// One allocation for the result and its KeyValue.
+		r1 := new(rangeResult1)
+		res = &r1.res
+		res.KVs = r1.one[:]
+	default:
+		res = &RangeResult{KVs: make([]mvccpb.KeyValue, len(revs))}
 	}
-	res.KVs = make([]mvccpb.KeyValue, len(revs))
+	res.Rev, res.Count = curRev, total
 	for i, r := range revs {
 		v, ok, err := tx.getRev(r)
 		if err != nil {

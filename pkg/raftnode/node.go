@@ -22,6 +22,10 @@ import (
 	"github.com/kvd-dev/kvd/pkg/raftlog"
 )
 
+// maxBatchBufReuse bounds the leader's reused batch buffer: a larger batch
+// gets a buffer of its own.
+const maxBatchBufReuse = 1 << 20
+
 // maxBatchBytes bounds the requests in one batched entry: more waits for
 // the next entry. A request larger than this is proposed alone.
 const maxBatchBytes = 512 << 10
@@ -193,6 +197,7 @@ type Node struct {
 	// batchable ones to share an entry (SetBatching); batchedEntries counts
 	// the entries proposed as batches.
 	queued         []proposal
+	batchBuf       []byte // the leader's batches are built here (proposeBatch)
 	batching       atomic.Bool
 	batchedEntries atomic.Uint64
 	// walPending counts the appends handed to the WAL writer and not yet
@@ -532,7 +537,23 @@ func (n *Node) proposeQueued(ps []proposal) {
 
 // proposeBatch proposes ps (batchable, so ProposeAsync's) as one entry.
 func (n *Node) proposeBatch(ps []proposal, size int) {
-	data := entrybatch.Begin(make([]byte, 0, entrybatch.Size(len(ps), size)))
+	// A leader's raft copies a proposed entry into its log (appendEntry;
+	// TestLeaderProposalIsCopied holds raft to it), so the leader builds
+	// every batch in one buffer. A follower's raft forwards the proposal
+	// as it is, so it gets a buffer of its own. lead is raft's own as of
+	// the last Ready, and raft is the leader exactly when it is this
+	// member (its lead is None in every other state).
+	need := entrybatch.Size(len(ps), size)
+	var buf []byte
+	if need <= maxBatchBufReuse && n.lead.Load() == n.cfg.ID {
+		if cap(n.batchBuf) < need {
+			n.batchBuf = make([]byte, 0, max(need, 2*cap(n.batchBuf)))
+		}
+		buf = n.batchBuf[:0]
+	} else {
+		buf = make([]byte, 0, need)
+	}
+	data := entrybatch.Begin(buf)
 	for _, p := range ps {
 		data = entrybatch.Append(data, p.data)
 	}

@@ -496,3 +496,58 @@ func TestBatchingHoldsProposalsDuringAWALWrite(t *testing.T) {
 		t.Fatalf("the 10 held proposals took %d batches, want 1", got)
 	}
 }
+
+// proposeBatch reuses the leader's batch buffer because a leader's raft
+// copies a proposal's data into its log. If a raft upgrade stops copying,
+// this fails before the log does.
+func TestLeaderProposalIsCopied(t *testing.T) {
+	st := raft.NewMemoryStorage()
+	if err := st.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index: new(uint64(1)), Term: new(uint64(1)),
+		ConfState: &raftpb.ConfState{Voters: []uint64{1}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: st,
+		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, Logger: &raftLogger{s: zap.NewNop().Sugar()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rn.Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	for rn.HasReady() {
+		rd := rn.Ready()
+		if err := st.Append(rd.Entries); err != nil {
+			t.Fatal(err)
+		}
+		rn.Advance(rd)
+	}
+	if s := rn.BasicStatus().RaftState; s != raft.StateLeader {
+		t.Fatalf("state %v, want leader", s)
+	}
+	buf := []byte("proposal as proposed")
+	if err := rn.Propose(buf); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "overwritten after it")
+	found := false
+	for rn.HasReady() && !found {
+		rd := rn.Ready()
+		for _, e := range rd.Entries {
+			if len(e.GetData()) > 0 {
+				found = true
+				if got := string(e.GetData()); got != "proposal as proposed" {
+					t.Fatalf("entry data %q: raft kept the proposer's buffer", got)
+				}
+			}
+		}
+		if err := st.Append(rd.Entries); err != nil {
+			t.Fatal(err)
+		}
+		rn.Advance(rd)
+	}
+	if !found {
+		t.Fatal("the proposal never reached a Ready")
+	}
+}

@@ -85,12 +85,22 @@ func marshalFast(v any) mem.BufferSlice {
 		return nil
 	}
 	if mem.IsBelowBufferPoolingThreshold(n) {
-		return mem.BufferSlice{mem.SliceBuffer(fastpb.Append(make([]byte, 0, n), v))}
+		// The slice and its one Buffer in one allocation, not two.
+		b := new(smallBuffer)
+		b.data = fastpb.Append(make([]byte, 0, n), v)
+		b.slice[0] = &b.data
+		return b.slice[:]
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(n)
 	*buf = fastpb.Append((*buf)[:0], v)
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
+}
+
+// smallBuffer is a BufferSlice of one unpooled buffer.
+type smallBuffer struct {
+	slice [1]mem.Buffer
+	data  mem.SliceBuffer
 }
 
 func (c *countingCodec) Unmarshal(data mem.BufferSlice, v any) error {

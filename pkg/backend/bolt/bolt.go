@@ -157,6 +157,11 @@ type Backend struct {
 type view struct {
 	tx      *bolt.Tx
 	buckets map[backend.Bucket]*bolt.Bucket
+	// keyCursors are cursors on the Key bucket for Get to reuse: bolt's
+	// Bucket.Cursor allocates one, and its stack grows by appends on every
+	// seek, four allocations a 1-key range, and counts it with an atomic
+	// add on the shared tx's stats that every core contends on.
+	keyCursors sync.Pool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -230,7 +235,7 @@ func (be *Backend) ReadTx() (backend.ReadTx, error) {
 		be.gate.Exit()
 		return nil, err
 	}
-	return &readTx{tx: v.Tx.tx, buckets: v.Tx.buckets, view: v, exit: be.gate.Exit}, nil
+	return &readTx{tx: v.Tx.tx, buckets: v.Tx.buckets, view: v, gate: &be.gate}, nil
 }
 
 func (be *Backend) beginView() (*view, error) {
@@ -541,7 +546,7 @@ type readTx struct {
 	// a Put); view is nil for a writeTx.
 	buckets map[backend.Bucket]*bolt.Bucket
 	view    *readview.View[*view]
-	exit    func() // nil for a writeTx
+	gate    *gate.Gate // exited by Release; nil for a writeTx
 	// done is set by Release (readTx) or when Update returns (writeTx).
 	done bool
 }
@@ -565,7 +570,18 @@ func (r *readTx) Get(b backend.Bucket, key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	// A cursor tells an empty value from a missing key; Bucket.Get does not.
-	k, v := bkt.Cursor().Seek(key)
+	var k, v []byte
+	if r.view != nil && b == backend.Key {
+		c, _ := r.view.Tx.keyCursors.Get().(*bolt.Cursor)
+		if c == nil {
+			c = bkt.Cursor()
+		}
+		// k and v point into the map, not into the cursor.
+		k, v = c.Seek(key)
+		r.view.Tx.keyCursors.Put(c)
+	} else {
+		k, v = bkt.Cursor().Seek(key)
+	}
 	if k == nil || !bytes.Equal(k, key) {
 		return nil, false, nil
 	}
@@ -605,12 +621,12 @@ func (r *readTx) Range(b backend.Bucket, start, end []byte, limit int, fn func(k
 }
 
 func (r *readTx) Release() {
-	if r.done || r.exit == nil {
+	if r.done || r.gate == nil {
 		return
 	}
 	r.done = true
 	r.view.Release()
-	r.exit()
+	r.gate.Exit()
 }
 
 type writeTx struct {
