@@ -34,9 +34,10 @@ type Raft interface {
 	Deliver([]*raftpb.Message)
 }
 
-// Snapshotter records raft snapshots once the backend holds the state.
+// Snapshotter records raft snapshots once the backend holds the state,
+// keeping the last keep entries before index for slow followers.
 type Snapshotter interface {
-	CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) error
+	CreateSnapshotKeeping(index uint64, cs *raftpb.ConfState, data []byte, keep uint64) error
 }
 
 // Config wires an Applier.
@@ -46,11 +47,16 @@ type Config struct {
 	Inbox    *actors.Inbox[*raftpb.Message]
 	Registry *Registry
 	Applied  *Applied
-	// Snapshots and SyncBackend are used every SnapshotCount applied entries:
-	// the backend is synced, then the WAL may be truncated behind it.
-	Snapshots     Snapshotter
-	SyncBackend   func() error
-	SnapshotCount uint64
+	// Snapshots and SyncBackend are used every SnapshotCount applied
+	// requests (etcd's "committed transactions": a batched entry counts
+	// each request it carries, any other entry one): the backend is synced,
+	// then the WAL may be truncated behind it. The snapshot keeps the
+	// entries that carried about the last SnapshotCatchup requests, etcd's
+	// snapshot-catchup-entries, whose entries hold one request each.
+	Snapshots       Snapshotter
+	SyncBackend     func() error
+	SnapshotCount   uint64
+	SnapshotCatchup uint64
 	// SnapshotIndex and ConfState describe the latest raft snapshot at start.
 	SnapshotIndex uint64
 	ConfState     *raftpb.ConfState
@@ -93,6 +99,9 @@ type Applier struct {
 	lg       *zap.Logger
 	slow     SlowLog
 	lastSnap uint64
+	// sinceSnap counts the requests applied since lastSnap (an entry that
+	// is not a batch counts one), to snapshot every SnapshotCount.
+	sinceSnap uint64
 	// raftIndex is the newest index of raft's log the applier has been
 	// given (an entry or an installed snapshot); confState is raft's
 	// configuration there. It can trail the backend's consistent index:
@@ -181,6 +190,7 @@ func (a *Applier) install(r installReq) error {
 	md := r.snap.GetMetadata()
 	a.confState = md.GetConfState()
 	a.lastSnap, a.raftIndex = md.GetIndex(), md.GetIndex()
+	a.sinceSnap = 0
 	if md.GetIndex() > a.cfg.Applied.Index() {
 		a.cfg.Applied.publish(md.GetIndex())
 	}
@@ -250,23 +260,37 @@ func (a *Applier) applyEntries(ents []*raftpb.Entry) error {
 				if err := a.applyConfChange(b, e, e.GetIndex() > ci); err != nil {
 					return err
 				}
-				continue
-			}
-			if e.GetIndex() <= ci || len(e.GetData()) == 0 {
+				a.sinceSnap++
 				continue
 			}
 			if !entrybatch.Is(e.GetData()) {
+				a.sinceSnap++
+				if e.GetIndex() <= ci || len(e.GetData()) == 0 {
+					continue
+				}
 				if err := a.applyData(b, e.GetIndex(), e.GetData()); err != nil {
 					return err
 				}
 				continue
 			}
+			if e.GetIndex() <= ci {
+				// Applied before a restart; still in the log since lastSnap.
+				n, err := entrybatch.Count(e.GetData())
+				if err != nil {
+					return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+				}
+				a.sinceSnap += uint64(max(n, 1))
+				continue
+			}
+			n := 0
 			err := entrybatch.Split(e.GetData(), func(data []byte) error {
+				n++
 				return a.applyData(b, e.GetIndex(), data)
 			})
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
+			a.sinceSnap += uint64(max(n, 1))
 		}
 		if last.GetIndex() > ci {
 			b.SetConsistentIndex(last.GetIndex(), last.GetTerm())
@@ -398,7 +422,8 @@ func (a *Applier) applyConfChange(b *mvcc.Batch, e *raftpb.Entry, fresh bool) er
 
 func (a *Applier) maybeSnapshot() error {
 	applied := a.raftIndex
-	if a.cfg.Snapshots == nil || a.cfg.SnapshotCount == 0 || applied < a.lastSnap+a.cfg.SnapshotCount {
+	// sinceSnap >= applied-lastSnap: every entry counts at least one.
+	if a.cfg.Snapshots == nil || a.cfg.SnapshotCount == 0 || a.sinceSnap < a.cfg.SnapshotCount || applied <= a.lastSnap {
 		return nil
 	}
 	// The WAL is truncated behind the snapshot, so the backend must hold
@@ -408,12 +433,23 @@ func (a *Applier) maybeSnapshot() error {
 			return fmt.Errorf("sync backend before snapshot: %w", err)
 		}
 	}
-	if err := a.cfg.Snapshots.CreateSnapshot(applied, a.confState, nil); err != nil {
+	keep := catchUpEntries(a.cfg.SnapshotCatchup, applied-a.lastSnap, a.sinceSnap)
+	if err := a.cfg.Snapshots.CreateSnapshotKeeping(applied, a.confState, nil, keep); err != nil {
 		return fmt.Errorf("create raft snapshot at %d: %w", applied, err)
 	}
-	a.lastSnap = applied
+	a.lastSnap, a.sinceSnap = applied, 0
 	a.lg.Info("raft snapshot created", zap.Uint64("index", applied))
 	return nil
+}
+
+// catchUpEntries is how many entries hold about catchUp requests, when the
+// last ents entries held reqs (batched entries hold several): the entries
+// etcd's snapshot-catchup-entries keeps, one request each.
+func catchUpEntries(catchUp, ents, reqs uint64) uint64 {
+	if reqs <= ents || ents == 0 {
+		return catchUp
+	}
+	return (catchUp*ents + reqs - 1) / reqs
 }
 
 func (a *Applier) applyRequest(b *mvcc.Batch, req *pb.InternalRaftRequest, index uint64) (res Result) {

@@ -76,11 +76,13 @@ type Config struct {
 	// (Complete fills it).
 	WALDir string `yaml:"wal-dir"`
 
-	// SnapshotCount is the number of applied entries that triggers a raft
-	// snapshot (and lets the WAL be truncated behind it).
+	// SnapshotCount is the number of applied requests (etcd's committed
+	// transactions; a batched entry counts each request it carries) that
+	// triggers a raft snapshot (and lets the WAL be truncated behind it).
 	SnapshotCount uint64 `yaml:"snapshot-count"`
-	// SnapshotCatchupEntries is how many entries the leader keeps after a
-	// snapshot so slow followers can catch up without a snapshot transfer.
+	// SnapshotCatchupEntries is how many requests' entries the leader keeps
+	// after a snapshot so slow followers can catch up without a snapshot
+	// transfer (etcd's entries, one request each).
 	SnapshotCatchupEntries uint64 `yaml:"snapshot-catchup-entries"`
 	// MaxSnapshots and MaxWALs bound the files kept; 0 keeps all.
 	MaxSnapshots uint `yaml:"max-snapshots"`

@@ -21,7 +21,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "path to the data directory (default \"<name>.kvd\")")
 	fs.StringVar(&c.WALDir, "wal-dir", c.WALDir, "path to the WAL directory (default \"<data-dir>/member/wal\")")
 	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "number of committed transactions to trigger a snapshot to disk")
-	fs.Uint64Var(&c.SnapshotCatchupEntries, "snapshot-catchup-entries", c.SnapshotCatchupEntries, "number of entries kept after a snapshot for slow followers")
+	fs.Uint64Var(&c.SnapshotCatchupEntries, "snapshot-catchup-entries", c.SnapshotCatchupEntries, "number of requests whose entries are kept after a snapshot for slow followers")
 	fs.UintVar(&c.MaxSnapshots, "max-snapshots", c.MaxSnapshots, "maximum number of snapshot files to retain (0 is unlimited)")
 	fs.UintVar(&c.MaxWALs, "max-wals", c.MaxWALs, "maximum number of wal files to retain (0 is unlimited)")
 	fs.UintVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "time (in milliseconds) of a heartbeat interval")

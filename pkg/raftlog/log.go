@@ -456,6 +456,12 @@ func (l *Log) startSegmentLocked(buf []byte) ([]byte, error) {
 // fall back to it on Open. Safe to call concurrently with Save; the snapshot
 // file write does not block Save.
 func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) error {
+	return l.CreateSnapshotKeeping(index, cs, data, l.catchUp)
+}
+
+// CreateSnapshotKeeping is CreateSnapshot keeping keep entries before index
+// readable through Storage instead of Options.CatchUpEntries.
+func (l *Log) CreateSnapshotKeeping(index uint64, cs *raftpb.ConfState, data []byte, keep uint64) error {
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
 
@@ -515,7 +521,7 @@ func (l *Log) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) er
 	cur := &l.segs[len(l.segs)-1]
 	cur.maxMarker = max(cur.maxMarker, index)
 	l.snapIndex, l.snapTerm = index, term
-	l.st.compact(snap, l.catchUp)
+	l.st.compact(snap, keep)
 	obsolete := l.obsoleteSegmentsLocked(prevSnap)
 	l.mu.Unlock()
 
