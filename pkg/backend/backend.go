@@ -144,6 +144,13 @@ type ReadTx interface {
 	Release()
 }
 
+// OwnedValues is implemented by a ReadTx whose Get returns a copy that the
+// caller owns: valid after Release, written by nothing else. A reader that
+// would copy the value takes it as it is.
+type OwnedValues interface {
+	ValuesOwned()
+}
+
 // WriteTx sees its own writes. Its Release is a no-op: Update ends it.
 type WriteTx interface {
 	ReadTx

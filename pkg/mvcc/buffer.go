@@ -114,23 +114,26 @@ func findRev(ents []bufEntry, rev index.Revision) ([]byte, bool) {
 
 // getRev reads the KeyValue put at rev from active, then frozen, then the
 // backend view that *tx holds, opening it with be on first use. scratch is
-// reused for the backend key.
-func getRev(active, frozen []bufEntry, be backend.Backend, tx *backend.ReadTx, scratch *[]byte, rev index.Revision) ([]byte, bool, error) {
+// reused for the backend key. owned reports a value the caller may keep
+// as it is (backend.OwnedValues); any other is to be copied.
+func getRev(active, frozen []bufEntry, be backend.Backend, tx *backend.ReadTx, scratch *[]byte, rev index.Revision) (v []byte, owned, ok bool, err error) {
 	if v, ok := findRev(active, rev); ok {
-		return v, true, nil
+		return v, false, true, nil
 	}
 	if v, ok := findRev(frozen, rev); ok {
-		return v, true, nil
+		return v, false, true, nil
 	}
 	if *tx == nil {
 		t, err := be.ReadTx()
 		if err != nil {
-			return nil, false, fmt.Errorf("open backend read tx: %w", err)
+			return nil, false, false, fmt.Errorf("open backend read tx: %w", err)
 		}
 		*tx = t
 	}
 	*scratch = appendRev((*scratch)[:0], rev, false)
-	return (*tx).Get(backend.Key, *scratch)
+	v, ok, err = (*tx).Get(backend.Key, *scratch)
+	_, owned = (*tx).(backend.OwnedValues)
+	return v, owned, ok, err
 }
 
 // publishActive makes the active buffer's entries so far visible to readers.

@@ -90,12 +90,12 @@ func (t *ReadTxn) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) 
 	return rangeKeys(t.s.idx, t, key, end, t.rev, t.compactRev, ro)
 }
 
-func (t *ReadTxn) getRev(rev index.Revision) ([]byte, bool, error) {
-	v, ok, err := getRev(t.active, t.frozen, t.s.be, &t.tx, &t.scratch, rev)
+func (t *ReadTxn) getRev(rev index.Revision) ([]byte, bool, bool, error) {
+	v, owned, ok, err := getRev(t.active, t.frozen, t.s.be, &t.tx, &t.scratch, rev)
 	if err != nil {
 		err = fmt.Errorf("read view at %d: %w", t.rev, err)
 	}
-	return v, ok, err
+	return v, owned, ok, err
 }
 
 // End releases the view. Calling it twice is harmless.
@@ -119,7 +119,8 @@ type rangeResult1 struct {
 
 // revGetter reads the KeyValue put at a revision: a read view or a batch.
 type revGetter interface {
-	getRev(rev index.Revision) ([]byte, bool, error)
+	// getRev is getRev of buffer.go: value, owned, found.
+	getRev(rev index.Revision) ([]byte, bool, bool, error)
 }
 
 // rangeKeys answers a Range at curRev over idx and tx, etcd's rangeKeys.
@@ -152,7 +153,7 @@ func rangeKeys(idx *index.Index, tx revGetter, key, end []byte, curRev, compactR
 	}
 	res.Rev, res.Count = curRev, total
 	for i, r := range revs {
-		v, ok, err := tx.getRev(r)
+		v, owned, ok, err := tx.getRev(r)
 		if err != nil {
 			return nil, fmt.Errorf("mvcc range: read revision %v: %w", r, err)
 		}
@@ -160,7 +161,11 @@ func rangeKeys(idx *index.Index, tx revGetter, key, end []byte, curRev, compactR
 			// The index and the backend disagree: a bug, not a user error.
 			return nil, fmt.Errorf("mvcc range: revision %v of key %q is in the index but not in the backend", r, key)
 		}
-		if err := unmarshalKV(v, &res.KVs[i]); err != nil {
+		decode := unmarshalKV
+		if owned {
+			decode = decodeKV // a copy already: no second one
+		}
+		if err := decode(v, &res.KVs[i]); err != nil {
 			return nil, fmt.Errorf("mvcc range: unmarshal revision %v: %w", r, err)
 		}
 	}

@@ -177,7 +177,7 @@ func (b *Batch) putRev(rev index.Revision, tomb bool, value []byte) {
 
 // getRev implements revGetter over the batch's own writes, the published
 // buffers and the backend.
-func (b *Batch) getRev(rev index.Revision) ([]byte, bool, error) {
+func (b *Batch) getRev(rev index.Revision) ([]byte, bool, bool, error) {
 	return getRev(b.buf.ents, b.frozen, b.s.be, &b.tx, &b.scratch, rev)
 }
 

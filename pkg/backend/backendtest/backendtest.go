@@ -43,6 +43,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ReadersSeeEveryFinishedCommit", s.freshReads},
 		{"Reopen", s.reopen},
 		{"ByteSlices", s.byteSlices},
+		{"OwnedValues", s.ownedValues},
 		{"Snapshot", s.snapshot},
 		{"Size", s.size},
 		{"Defrag", s.defrag},
@@ -193,6 +194,38 @@ func (s suite) getPutDelete(t *testing.T) {
 	if err := be.Sync(); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
+}
+
+// ownedValues: an engine whose read transactions claim OwnedValues hands
+// out values that outlive the view and that no later write, nor the
+// caller's own change, reaches.
+func (s suite) ownedValues(t *testing.T) {
+	be := s.openNew(t)
+	put(t, be, backend.Key, kv{"a", "before"})
+	rtx := view(t, be)
+	if _, ok := rtx.(backend.OwnedValues); !ok {
+		rtx.Release()
+		t.Skip("this engine's values are valid until Release only")
+	}
+	v, ok, err := rtx.Get(backend.Key, []byte("a"))
+	if err != nil || !ok {
+		t.Fatalf("Get: %q, %v, %v", v, ok, err)
+	}
+	rtx.Release()
+	put(t, be, backend.Key, kv{"a", "after!"})
+	for i := 0; i < 100; i++ {
+		put(t, be, backend.Key, kv{fmt.Sprintf("fill%03d", i), "xxxxxxxxxxxxxxxx"})
+	}
+	if string(v) != "before" {
+		t.Fatalf("value after Release and later writes: %q, want %q", v, "before")
+	}
+	copy(v, "BEFORE")
+	wantValue(t, be, backend.Key, "a", "after!", true)
+	rtx = view(t, be)
+	defer rtx.Release()
+	w, _, _ := rtx.Get(backend.Key, []byte("a"))
+	copy(w, "CHANGE")
+	wantGet(t, rtx, backend.Key, "a", "after!", true)
 }
 
 func (s suite) emptyValue(t *testing.T) {

@@ -309,7 +309,9 @@ func (be *Backend) ReadTx() (backend.ReadTx, error) {
 		be.gate.Exit()
 		return nil, err
 	}
-	return &readTx{txn: v.Tx.txn, view: v, exit: be.gate.Exit}, nil
+	r := &readTx{txn: v.Tx.txn, view: v, gate: &be.gate}
+	r.scratch = r.scratchBuf[:0]
+	return r, nil
 }
 
 func (be *Backend) beginView() (*view, error) {
@@ -623,12 +625,18 @@ func appendPrefix(dst []byte, b backend.Bucket) ([]byte, error) {
 type readTx struct {
 	txn  *badger.Txn
 	view *readview.View[*view] // the shared view txn belongs to; nil for a writeTx
-	exit func()                // nil for a writeTx
+	gate *gate.Gate            // exited by Release; nil for a writeTx
 	// done is set by Release (readTx) or when Update returns (writeTx).
 	done bool
 	// scratch builds lookup keys; Badger does not keep the key passed to Get.
-	scratch []byte
+	// scratchBuf backs it for the keys of mvcc's revisions.
+	scratch    []byte
+	scratchBuf [48]byte
 }
+
+// ValuesOwned implements backend.OwnedValues: Get copies every value out
+// of Badger (item.ValueCopy).
+func (r *readTx) ValuesOwned() {}
 
 func (r *readTx) Get(b backend.Bucket, key []byte) ([]byte, bool, error) {
 	if r.done {
@@ -700,12 +708,12 @@ func (r *readTx) Range(b backend.Bucket, start, end []byte, limit int, fn func(k
 }
 
 func (r *readTx) Release() {
-	if r.done || r.exit == nil {
+	if r.done || r.gate == nil {
 		return
 	}
 	r.done = true
 	r.view.Release()
-	r.exit()
+	r.gate.Exit()
 }
 
 type writeTx struct {
