@@ -19,6 +19,7 @@ import (
 	"github.com/kvd-dev/kvd/pkg/alarms"
 	"github.com/kvd-dev/kvd/pkg/authz"
 	"github.com/kvd-dev/kvd/pkg/entrybatch"
+	"github.com/kvd-dev/kvd/pkg/fastpb"
 	"github.com/kvd-dev/kvd/pkg/leasemgr"
 	"github.com/kvd-dev/kvd/pkg/membership"
 	"github.com/kvd-dev/kvd/pkg/mvcc"
@@ -335,8 +336,7 @@ func (a *Applier) applyData(b *mvcc.Batch, index uint64, data []byte) error {
 // request is the request encoded in data, from the entry at index: the one
 // this member proposed, kept in the wait registry, or else decoded (another
 // member's proposal, a replay after a restart, a proposal whose caller gave
-// up). Decoding is 2 µs and 3 allocations of a put (docs/benchmarks.md,
-// "Where the CPU goes").
+// up); KV writes with pkg/fastpb, anything else with protobuf-go.
 func (a *Applier) request(index uint64, data []byte) (*pb.InternalRaftRequest, error) {
 	if id := headerID(data); id != 0 {
 		if req := a.cfg.Registry.Request(id); req != nil {
@@ -344,6 +344,9 @@ func (a *Applier) request(index uint64, data []byte) (*pb.InternalRaftRequest, e
 		}
 	}
 	req := &pb.InternalRaftRequest{}
+	if fastpb.Unmarshal(data, req) {
+		return req, nil
+	}
 	if err := proto.Unmarshal(data, req); err != nil {
 		return nil, fmt.Errorf("decode entry %d: %w", index, err)
 	}

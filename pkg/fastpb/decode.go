@@ -6,7 +6,8 @@ import (
 )
 
 // Unmarshal decodes b into m, a freshly made message, when m is one of the
-// requests this package decodes and b holds only fields it knows; ok is
+// requests this package decodes (a raft entry of MarshalEntry's shape
+// too) and b holds only fields it knows; ok is
 // false otherwise, and the caller decodes b with proto.Unmarshal (which
 // resets m first). The message keeps no reference to b.
 func Unmarshal(b []byte, m any) (ok bool) {
@@ -19,6 +20,8 @@ func Unmarshal(b []byte, m any) (ok bool) {
 		return m != nil && unmarshalDeleteRangeRequest(b, m)
 	case *pb.TxnRequest:
 		return m != nil && unmarshalTxnRequest(b, m, 0)
+	case *pb.InternalRaftRequest:
+		return m != nil && unmarshalEntry(b, m)
 	}
 	return false
 }
