@@ -91,3 +91,53 @@ func TestCatchUpEntries(t *testing.T) {
 		}
 	}
 }
+
+// After a restart the applier is handed again the entries since the last
+// snapshot that the backend already holds; they are skipped but still in
+// the log, so their requests count toward the next snapshot.
+func TestSnapshotCountsReplayedEntries(t *testing.T) {
+	st, err := mvcc.Open(enginetest.OpenT(t, enginetest.Names[0]), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	seq := 0
+	batch := func() []byte {
+		data := entrybatch.Begin(nil)
+		for range 10 {
+			seq++
+			data = entrybatch.Append(data, marshalReq(t, &pb.InternalRaftRequest{
+				Header: &pb.RequestHeader{ID: uint64(seq)},
+				Put:    &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", seq)), Value: []byte("v")}}))
+		}
+		return data
+	}
+	ents := make([]*raftpb.Entry, 10)
+	for i := range ents {
+		ents[i] = entryAt(uint64(i+1), batch())
+	}
+	newApplier := func(snaps *recordSnapshots) *Applier {
+		return New(Config{Store: st, Registry: NewRegistry(), Applied: NewApplied(0),
+			Snapshots: snaps, SnapshotCount: 100, SnapshotCatchup: 50, ConfState: &raftpb.ConfState{Voters: []uint64{1}}})
+	}
+	before := &recordSnapshots{}
+	a := newApplier(before)
+	if err := a.applyEntries(ents[:6]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.maybeSnapshot(); err != nil || len(before.calls) != 0 {
+		t.Fatalf("snapshot before 100 requests: %v, %v", before.calls, err)
+	}
+	// Restart: the backend holds entries 1-6, the log replays them.
+	after := &recordSnapshots{}
+	a = newApplier(after)
+	if err := a.applyEntries(ents); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.maybeSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []snapCall{{10, 5}}; fmt.Sprint(after.calls) != fmt.Sprint(want) {
+		t.Fatalf("snapshots after the restart %v, want %v", after.calls, want)
+	}
+}

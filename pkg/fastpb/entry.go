@@ -19,45 +19,35 @@ func unmarshalEntry(b []byte, r *pb.InternalRaftRequest) bool {
 			return false
 		}
 		b = b[n:]
-		// A message field seen twice is merged by protobuf-go: left to it.
+		var ok bool
 		switch f.num {
 		case 4:
-			if r.Put != nil {
-				return false
-			}
-			r.Put = &pb.PutRequest{}
-			if !unmarshalPutRequest(f.bytes, r.Put) {
-				return false
-			}
+			ok = decodeOnce(&r.Put, f.bytes, unmarshalPutRequest)
 		case 5:
-			if r.DeleteRange != nil {
-				return false
-			}
-			r.DeleteRange = &pb.DeleteRangeRequest{}
-			if !unmarshalDeleteRangeRequest(f.bytes, r.DeleteRange) {
-				return false
-			}
+			ok = decodeOnce(&r.DeleteRange, f.bytes, unmarshalDeleteRangeRequest)
 		case 6:
-			if r.Txn != nil {
-				return false
-			}
-			r.Txn = &pb.TxnRequest{}
-			if !unmarshalTxnRequest(f.bytes, r.Txn, 0) {
-				return false
-			}
+			ok = decodeOnce(&r.Txn, f.bytes, func(b []byte, t *pb.TxnRequest) bool { return unmarshalTxnRequest(b, t, 0) })
 		case 100:
-			if r.Header != nil {
-				return false
-			}
-			r.Header = &pb.RequestHeader{}
-			if !unmarshalRequestHeader(f.bytes, r.Header) {
-				return false
-			}
+			ok = decodeOnce(&r.Header, f.bytes, unmarshalRequestHeader)
 		default:
+			return false
+		}
+		if !ok {
 			return false
 		}
 	}
 	return true
+}
+
+// decodeOnce decodes b into a new message at *m with decode, unless *m is
+// set already: protobuf-go merges a message field seen twice, which is
+// left to it.
+func decodeOnce[T any](m **T, b []byte, decode func([]byte, *T) bool) bool {
+	if *m != nil {
+		return false
+	}
+	*m = new(T)
+	return decode(b, *m)
 }
 
 func unmarshalRequestHeader(b []byte, h *pb.RequestHeader) bool {

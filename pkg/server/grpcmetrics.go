@@ -55,10 +55,10 @@ func (m *grpcMetrics) collectors() []prometheus.Collector {
 
 // countingCodec is the client gRPC server's codec: gRPC's proto codec,
 // with pkg/fastpb's hand-written codec for the KV messages (put, range,
-// delete-range and txn requests and responses), counting the bytes of each message it marshals and
-// unmarshals, as etcd's v3rpc codec does (the encoded message, before
-// compression and without gRPC's frame header). It costs two atomic adds
-// per message.
+// delete-range and txn requests and responses), counting the bytes of
+// each message it marshals and unmarshals, as etcd's v3rpc codec does (the
+// encoded message, before compression and without gRPC's frame header).
+// It costs two atomic adds per message.
 type countingCodec struct {
 	base           encoding.CodecV2
 	sent, received atomic.Uint64
