@@ -61,7 +61,13 @@
 //
 // # Recovery
 //
-// Open reads the segments in sequence order. A missing sequence number, a
+// Open reads the segments in sequence order, starting with the last segment
+// whose first index is at or below the newest snapshot file's index: the
+// segments before it (kept for a fallback to an older snapshot) hold neither
+// that snapshot's marker nor an entry after it that is still in the log. If
+// that snapshot turns out unusable, Open reads every segment and chooses as
+// below; damage in a segment behind a usable newest snapshot is therefore
+// found only then. A missing sequence number, a
 // header that does not match its file name, a record out of place, an entry
 // that leaves a gap, or any damaged record outside the torn-tail rule is an
 // error wrapping ErrCorrupt that names the file and offset: kvd refuses to

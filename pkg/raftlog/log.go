@@ -86,6 +86,9 @@ type Log struct {
 	lg    *zap.Logger
 	st    *Storage
 	isNew bool
+	// segmentsRead is how many segments recovery replayed (the rest lie
+	// behind the newest snapshot).
+	segmentsRead int
 
 	// snapMu serialises snapshot file writes, the WAL truncation behind
 	// them and snapshot file purges. Lock order: snapMu before mu.

@@ -40,12 +40,23 @@ func (m *model) hardState() *raftpb.HardState { return hardState(m.term, m.vote,
 // TestRandomOpsAgainstModel runs random appends (with conflicts), hard state
 // changes, received and local snapshots, reopens and torn tails against a
 // model, comparing the Storage view after every step.
+//
+// Seeds keep one segment, three or all behind the snapshot: with more than
+// one, reopens replay from the newest snapshot's segment; shortcuts counts
+// those that skipped segments, so the test is known to cover that path.
 func TestRandomOpsAgainstModel(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
+	shortcuts := 0
+	defer func() {
+		t.Logf("%d reopens skipped segments", shortcuts)
+		if !t.Failed() && shortcuts == 0 {
+			t.Errorf("no reopen skipped a segment")
+		}
+	}()
+	for seed := uint64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed*7919))
 			dir := t.TempDir()
-			o := testOpts{segmentSize: int64(200 + rng.IntN(2000)), prealloc: seed%2 == 1}
+			o := testOpts{segmentSize: int64(200 + rng.IntN(2000)), prealloc: seed%2 == 1, maxWALs: []int{0, -1, 3}[seed%3]}
 			l := openLog(t, dir, o)
 			defer func() { l.Close() }()
 			m := &model{term: 1}
@@ -123,6 +134,9 @@ func TestRandomOpsAgainstModel(t *testing.T) {
 				case p < 92: // clean reopen
 					step("reopen")
 					l = reopen(t, l, dir, o)
+					if l.segmentsRead < len(l.segs) {
+						shortcuts++
+					}
 				default: // crash leaving a torn tail
 					segs := segmentFiles(t, dir)
 					if len(segs) == 0 {

@@ -144,22 +144,39 @@ func (r *replay) covers(index, term uint64) error {
 
 // recover replays segs, picks the snapshot to start from and sets up the
 // Storage view and the writer state.
+//
+// Most of a WAL lies behind the newest snapshot (max-wals segments are kept
+// for a fallback to an older one), so replay first reads only the segments
+// from fromSegment on. That suffices when the newest snapshot file turns out
+// usable; otherwise (no marker found, damaged, not continued) every segment
+// is replayed and the snapshot chosen among all, as if no shortcut existed.
 func (l *Log) recover(segs []segment) error {
-	r := &replay{markers: map[uint64]uint64{}}
-	for i := range segs {
-		keep, err := l.replaySegment(&segs[i], r, i == len(segs)-1)
-		if err != nil {
-			return err
-		}
-		if !keep {
-			segs = segs[:i]
-			break
-		}
-	}
-
-	snap, err := l.chooseSnapshot(r)
+	files, err := listSnapFiles(l.snapDir)
 	if err != nil {
 		return err
+	}
+	var (
+		r    *replay
+		snap *raftpb.Snapshot
+	)
+	from := fromSegment(segs, files)
+	if from > 0 {
+		if r, segs, err = l.replaySegments(segs, from); err != nil {
+			return err
+		}
+		if snap, err = l.chooseSnapshot(r, files[:1]); err != nil || snap == nil {
+			l.lg.Info("replaying the whole wal: the newest snapshot is not usable from its segments alone",
+				zap.String("snapshot", files[0].name), zap.Error(err))
+			from, snap = 0, nil
+		}
+	}
+	if from == 0 {
+		if r, segs, err = l.replaySegments(segs, 0); err != nil {
+			return err
+		}
+		if snap, err = l.chooseSnapshot(r, files); err != nil {
+			return err
+		}
 	}
 	st := newStorage()
 	if snap != nil {
@@ -206,6 +223,7 @@ func (l *Log) recover(segs []segment) error {
 	// durable: the member is as new as one without a WAL.
 	l.isNew = len(segs) == 0 && snap == nil
 	l.segs = segs
+	l.segmentsRead = len(segs) - from
 	l.hs = hs
 	l.lastIndex = st.lastIndex()
 	l.snapIndex, l.snapTerm = snapIndex, snapTerm
@@ -223,12 +241,56 @@ func (l *Log) recover(segs []segment) error {
 	l.lg.Info("recovered raft log",
 		zap.String("dir", l.dir),
 		zap.Int("segments", len(segs)),
+		zap.Int("segments-read", l.segmentsRead),
 		zap.Uint64("snapshot-index", snapIndex),
 		zap.Uint64("first-index", snapIndex+1),
 		zap.Uint64("last-index", l.lastIndex),
 		zap.Uint64("term", hs.GetTerm()),
 		zap.Uint64("commit", hs.GetCommit()))
 	return nil
+}
+
+// fromSegment is the first segment a replay from the newest snapshot file
+// needs: the last one whose first index is at or below the snapshot's index
+// S. That segment was started with the log ending before S, so the
+// snapshot's marker (written once the log reached S, which never shrinks
+// below an applied index) is in it or later; so is every entry after S that
+// is still in the log. 0 when there is no snapshot file or no such segment.
+func fromSegment(segs []segment, files []snapFile) int {
+	if len(files) == 0 {
+		return 0
+	}
+	from := 0
+	for i, s := range segs {
+		if s.firstIndex <= files[0].index {
+			from = i
+		}
+	}
+	return from
+}
+
+// replaySegments replays segs[from:] and returns the replay and segs without
+// a last segment that held nothing durable. The segments before from are not
+// read: their bookkeeping, which only retention uses, is bounded by the next
+// segment's first index (every marker and every entry still in the log that
+// they hold is below it).
+func (l *Log) replaySegments(segs []segment, from int) (*replay, []segment, error) {
+	r := &replay{markers: map[uint64]uint64{}}
+	for i := range from {
+		segs[i].maxEntry = segs[i+1].firstIndex - 1
+		segs[i].maxMarker = segs[i+1].firstIndex - 1
+	}
+	for i := from; i < len(segs); i++ {
+		segs[i].maxEntry, segs[i].maxMarker = 0, 0
+		keep, err := l.replaySegment(&segs[i], r, i == len(segs)-1)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !keep {
+			return r, segs[:i], nil
+		}
+	}
+	return r, segs, nil
 }
 
 // replaySegment feeds the records of seg into r and fills in seg's
@@ -338,15 +400,11 @@ func truncateFile(path string, size int64) error {
 	return nil
 }
 
-// chooseSnapshot returns the newest snapshot file that a WAL marker
+// chooseSnapshot returns the newest of files (newest first) that a WAL marker
 // acknowledges, that is intact, and that the replayed log continues; nil if
 // there is none. A damaged file is skipped with a warning; an intact one the
 // log does not continue is corruption.
-func (l *Log) chooseSnapshot(r *replay) (*raftpb.Snapshot, error) {
-	files, err := listSnapFiles(l.snapDir)
-	if err != nil {
-		return nil, err
-	}
+func (l *Log) chooseSnapshot(r *replay, files []snapFile) (*raftpb.Snapshot, error) {
 	for _, sf := range files {
 		if term, ok := r.markers[sf.index]; !ok || term != sf.term {
 			l.lg.Debug("ignoring snapshot file without wal marker", zap.String("file", sf.name))

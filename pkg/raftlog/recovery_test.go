@@ -285,3 +285,50 @@ func TestPreallocatedSegments(t *testing.T) {
 		t.Fatalf("after rotation and reopen\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// Recovery reads the WAL from the segment the newest snapshot needs, not the
+// segments kept behind it for a fallback; those are read only when the
+// newest snapshot turns out unusable.
+func TestRecoveryStartsAtNewestSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	o := testOpts{segmentSize: 300, maxWALs: -1}
+	l := openLog(t, dir, o)
+	mustSave(t, l, hardState(1, 1, 0), nil, nil)
+	for i := uint64(1); i <= 200; i += 10 {
+		mustSave(t, l, hardState(1, 1, i+9), ents(i, i+9, 1), nil)
+		if i > 100 {
+			if err := l.CreateSnapshot(i, nil, fmt.Appendf(nil, "s%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := viewOf(t, l.Storage())
+	l.Close()
+	segs := segmentFiles(t, dir)
+
+	l = openLog(t, dir, o)
+	if got := viewOf(t, l.Storage()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen:\n got %+v\nwant %+v", got, want)
+	}
+	if l.segmentsRead < 1 || l.segmentsRead > 2 || len(segs) < 10 {
+		t.Fatalf("read %d of %d segments, want the last one or two", l.segmentsRead, len(segs))
+	}
+	l.Close()
+
+	// Damage the oldest segment: it is not read while the newest snapshot
+	// is usable...
+	offs := recordOffsets(t, segs[0])
+	flipByte(t, segs[0], offs[2]+recordHeaderSize)
+	l = openLog(t, dir, o)
+	if got := viewOf(t, l.Storage()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("with the oldest segment damaged:\n got %+v\nwant %+v", got, want)
+	}
+	l.Close()
+	// ...but once it is not, the whole WAL is replayed, and the damage found.
+	newest := snapFiles(t, dir)
+	p := newest[len(newest)-1]
+	flipByte(t, p, fileSize(t, p)-2)
+	if _, err := Open(Options{Dir: dir, NoSync: true, Logger: testLogger(t)}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(segs[0])) {
+		t.Fatalf("Open with the newest snapshot damaged = %v, want ErrCorrupt naming %s", err, filepath.Base(segs[0]))
+	}
+}
