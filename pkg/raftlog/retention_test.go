@@ -75,3 +75,51 @@ func TestMaxWALs(t *testing.T) {
 		})
 	}
 }
+
+// Segments a restart did not read (they lie behind the newest snapshot) are
+// still removed by retention as the log moves on, and not before a fallback
+// to the previous snapshot could need them: the same writes with and without
+// a restart in the middle leave the same segments.
+func TestRetentionOfSegmentsNotRead(t *testing.T) {
+	o := testOpts{segmentSize: 256, maxWALs: 2}
+	run := func(dir string, restart bool) *Log {
+		l := openLog(t, dir, o)
+		for i := uint64(1); i <= 400; i += 10 {
+			mustSave(t, l, hardState(1, 1, i+9), ents(i, i+9, 1), nil)
+			if i%50 == 1 && i > 100 {
+				if err := l.CreateSnapshot(i+5, nil, fmt.Appendf(nil, "s%d", i+5)); err != nil {
+					t.Fatalf("CreateSnapshot(%d): %v", i+5, err)
+				}
+			}
+			if restart && i == 201 {
+				l = reopen(t, l, dir, o)
+				if l.segmentsRead >= len(l.segs) {
+					t.Fatalf("the restart read all %d segments", len(l.segs))
+				}
+			}
+		}
+		return l
+	}
+	plain, restarted := t.TempDir(), t.TempDir()
+	run(plain, false).Close()
+	run(restarted, true).Close()
+	names := func(dir string) (out []string) {
+		for _, p := range segmentFiles(t, dir) {
+			out = append(out, filepath.Base(p))
+		}
+		return out
+	}
+	if got, want := names(restarted), names(plain); !reflect.DeepEqual(got, want) {
+		t.Fatalf("segments after a restart %v, without one %v", got, want)
+	}
+	// The newest snapshot damaged, the previous one is what the log falls
+	// back to.
+	snaps := snapFiles(t, restarted)
+	flipByte(t, snaps[len(snaps)-1], fileSize(t, snaps[len(snaps)-1])-2)
+	l := openLog(t, restarted, o)
+	defer l.Close()
+	snap, _ := l.Storage().Snapshot()
+	if got := string(snap.GetData()); got != "s306" {
+		t.Fatalf("fell back to snapshot %q, want s306", got)
+	}
+}
