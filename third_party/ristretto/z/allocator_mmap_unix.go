@@ -14,6 +14,7 @@ func mmapAnon(n int) ([]byte, error) {
 	return unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 }
 
-// dropPages gives b's pages back to the kernel; b stays mapped and reads
-// as zeros (kvd patch).
+// dropPages gives b's pages back to the kernel; b stays mapped. Anonymous
+// private memory then reads as zeros, a shared file mapping as the file's
+// contents again (kvd patch).
 func dropPages(b []byte) error { return unix.Madvise(b, unix.MADV_DONTNEED) }

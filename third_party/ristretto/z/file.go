@@ -151,7 +151,9 @@ func (m *MmapFile) Sync() error {
 	if m == nil {
 		return nil
 	}
-	return Msync(m.Data)
+	// kvd patch: msync, not Msync, which also drops the pages; a memtable's
+	// or a value log's file is synced again and again while it is written.
+	return msync(m.Data)
 }
 
 func (m *MmapFile) Delete() error {
