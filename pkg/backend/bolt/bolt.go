@@ -366,12 +366,32 @@ func (be *Backend) Close() error {
 		return nil
 	}
 	be.views.Block() // for good: bolt's Close waits for open read transactions
+	be.writeFreelist()
 	err := be.db.Close()
 	be.retired.Wait()
 	if err != nil {
 		return fmt.Errorf("close bolt db %s: %w", be.path, err)
 	}
 	return nil
+}
+
+// writeFreelist ends a closing backend with one more commit that writes
+// bolt's freelist, so that the next Open reads it from its page instead of
+// rebuilding it by walking every page of the file (a quarter of the CPU of
+// a 1 GiB member's restart). Only this commit writes it: the others skip it
+// (SyncFreelist off, as etcd's), and the first commit after the next Open
+// marks the file as having none again, so a file left by a crash is one
+// whose freelist bolt rebuilds, as before. A failed commit leaves the file
+// as it was.
+func (be *Backend) writeFreelist() {
+	if be.bo.SyncFreelist {
+		return // every commit wrote it
+	}
+	be.db.NoFreelistSync = false
+	defer func() { be.db.NoFreelistSync = true }()
+	if err := be.db.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		be.lg.Warn("bolt freelist not written at close; the next open rebuilds it", zap.String("path", be.path), zap.Error(err))
+	}
 }
 
 // Restore replaces the bolt file in opts.Dir with a stream written by

@@ -21,6 +21,7 @@ const (
 	metaTxidOff     = 64
 	metaChecksumOff = 72
 	metaRootOff     = 32
+	metaFreelistOff = 48
 	maxPageWalk     = 1 << 26 // pages; a loop guard, far above any real file
 )
 
@@ -37,17 +38,47 @@ func checkPages(path string) error {
 		return err
 	}
 	defer f.Close()
+	m, err := readMeta(f)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if m.high > uint64(fi.Size()/m.pageSize) {
+		return fmt.Errorf("meta page names %d pages, the file holds %d", m.high, fi.Size()/m.pageSize)
+	}
+	w := &pageWalker{f: f, pageSize: m.pageSize, high: m.high, seen: map[uint64]bool{}}
+	return w.visit(m.root, 0)
+}
+
+// meta is what bolt opens a file with: the valid meta page of the higher
+// transaction id.
+type meta struct {
+	pageSize int64
+	root     uint64 // the root bucket's page
+	freelist uint64 // the freelist's page, or noFreelist
+	high     uint64 // the high-water mark: pages in use
+}
+
+// noFreelist is the freelist page of a meta written without a freelist
+// (bolt's PgidNoFreelist): the next read-write open rebuilds it.
+const noFreelist = ^uint64(0)
+
+func readMeta(f *os.File) (meta, error) {
 	hdr := make([]byte, metaEnd+16)
 	if _, err := f.ReadAt(hdr, 0); err != nil {
-		return fmt.Errorf("read meta page 0: %w", err)
+		return meta{}, fmt.Errorf("read meta page 0: %w", err)
 	}
 	pageSize := int64(binary.LittleEndian.Uint32(hdr[metaPageSizeOff:]))
-	var root, high, best uint64
+	var cur meta
+	var best uint64
 	found := false
 	for i := int64(0); i < 2; i++ {
 		m := make([]byte, metaChecksumOff+8)
 		if _, err := f.ReadAt(m, i*pageSize); err != nil {
-			return fmt.Errorf("read meta page %d: %w", i, err)
+			return meta{}, fmt.Errorf("read meta page %d: %w", i, err)
 		}
 		h := fnv.New64a()
 		h.Write(m[pageHeaderSize:metaChecksumOff])
@@ -56,21 +87,18 @@ func checkPages(path string) error {
 		}
 		if txid := binary.LittleEndian.Uint64(m[metaTxidOff:]); !found || txid > best {
 			found, best = true, txid
-			root, high = binary.LittleEndian.Uint64(m[metaRootOff:]), binary.LittleEndian.Uint64(m[metaPgidOff:])
+			cur = meta{
+				pageSize: pageSize,
+				root:     binary.LittleEndian.Uint64(m[metaRootOff:]),
+				freelist: binary.LittleEndian.Uint64(m[metaFreelistOff:]),
+				high:     binary.LittleEndian.Uint64(m[metaPgidOff:]),
+			}
 		}
 	}
 	if !found {
-		return errors.New("no valid meta page")
+		return meta{}, errors.New("no valid meta page")
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if high > uint64(fi.Size()/pageSize) {
-		return fmt.Errorf("meta page names %d pages, the file holds %d", high, fi.Size()/pageSize)
-	}
-	w := &pageWalker{f: f, pageSize: pageSize, high: high, seen: map[uint64]bool{}}
-	return w.visit(root, 0)
+	return cur, nil
 }
 
 type pageWalker struct {
