@@ -119,7 +119,7 @@ func TestMsyncDropsPagesSyncKeepsThem(t *testing.T) {
 
 // TestFlushedTablesNotResident: the tables Badger writes as it flushes
 // memtables are not kept in the process's memory (its RSS) once written,
-// and every value reads back from them.
+// and values (every 97th of each update) read back from them.
 func TestFlushedTablesNotResident(t *testing.T) {
 	dir := t.TempDir()
 	be, err := Open(backend.Options{Dir: dir}, Options{MaxUpdateBytes: 1 << 20})
