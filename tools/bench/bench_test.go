@@ -616,6 +616,9 @@ func TestWatchCountsEveryEvent(t *testing.T) {
 			if l.Fastest <= 0 || l.Fastest > l.P50 || l.P50 > l.P99 || l.P99 > l.P999 || l.P999 > l.Slowest || s.EventsPerSec <= 0 {
 				t.Errorf("latencies out of order or missing: %+v, events/s %v", l, s.EventsPerSec)
 			}
+			if pl := s.PutLatencyMs; pl.Fastest <= 0 || pl.Fastest > pl.P50 || pl.P50 > pl.P99 || pl.P99 > pl.P999 || pl.P999 > pl.Slowest {
+				t.Errorf("put latencies out of order or missing: %+v", pl)
+			}
 			if f.createdWatchers() != tc.watchers {
 				t.Errorf("server created %d watchers, want %d", f.createdWatchers(), tc.watchers)
 			}
