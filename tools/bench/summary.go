@@ -53,9 +53,7 @@ func summarize(name string, res phaseResult) *summary {
 	if res.elapsed > 0 {
 		s.RPS = float64(s.Requests) / res.elapsed.Seconds()
 	}
-	for _, p := range reportedPercentiles {
-		s.Percentiles = append(s.Percentiles, percentile(lats, p))
-	}
+	s.Percentiles = percentiles(lats)
 	return s
 }
 
@@ -112,9 +110,7 @@ func (s *summary) writeText(w io.Writer) error {
 		}
 	}
 	b.WriteString("\nLatency distribution:\n")
-	for i, p := range reportedPercentiles {
-		fmt.Fprintf(&b, "  %g%% in %s\n", p, secs(s.Percentiles[i]))
-	}
+	writePercentiles(&b, s.Percentiles)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -153,6 +149,30 @@ type jsonLatency struct {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// toJSON is st with pcts (parallel to reportedPercentiles), in milliseconds.
+func (st latencyStats) toJSON(pcts []time.Duration) jsonLatency {
+	return jsonLatency{
+		Fastest: ms(st.fastest), Slowest: ms(st.slowest), Average: ms(st.average), Stddev: ms(st.stddev),
+		P50: ms(pcts[0]), P90: ms(pcts[1]), P99: ms(pcts[2]), P999: ms(pcts[3]),
+	}
+}
+
+// percentiles are the reportedPercentiles of sorted.
+func percentiles(sorted []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(reportedPercentiles))
+	for i, p := range reportedPercentiles {
+		out[i] = percentile(sorted, p)
+	}
+	return out
+}
+
+// writePercentiles writes one line per reported percentile.
+func writePercentiles(b *strings.Builder, pcts []time.Duration) {
+	for i, p := range reportedPercentiles {
+		fmt.Fprintf(b, "  %g%% in %s\n", p, secs(pcts[i]))
+	}
+}
+
 func (s *summary) writeJSON(w io.Writer) error {
 	out := jsonSummary{
 		Workload:     s.Workload,
@@ -170,16 +190,7 @@ func (s *summary) writeJSON(w io.Writer) error {
 		Errors:       s.Errors,
 		FirstError:   s.FirstError,
 		RPS:          s.RPS,
-		LatencyMs: jsonLatency{
-			Fastest: ms(s.fastest),
-			Slowest: ms(s.slowest),
-			Average: ms(s.average),
-			Stddev:  ms(s.stddev),
-			P50:     ms(s.Percentiles[0]),
-			P90:     ms(s.Percentiles[1]),
-			P99:     ms(s.Percentiles[2]),
-			P999:    ms(s.Percentiles[3]),
-		},
+		LatencyMs:    s.latencyStats.toJSON(s.Percentiles),
 	}
 	return json.NewEncoder(w).Encode(out)
 }

@@ -442,13 +442,9 @@ func benchWatch(ctx context.Context, o watchOptions) (*watchResult, error) {
 		}
 	}
 	lats := mergeSorted(recs)
-	res.latencyStats = statsOf(lats)
+	res.latencyStats, res.Percentiles = statsOf(lats), percentiles(lats)
 	putLats := mergeSorted(putRecs)
-	res.putStats = statsOf(putLats)
-	for _, p := range reportedPercentiles {
-		res.Percentiles = append(res.Percentiles, percentile(lats, p))
-		res.PutPercentiles = append(res.PutPercentiles, percentile(putLats, p))
-	}
+	res.putStats, res.PutPercentiles = statsOf(putLats), percentiles(putLats)
 	return res, nil
 }
 
@@ -499,13 +495,9 @@ func (r *watchResult) writeText(w io.Writer) error {
 	fmt.Fprintf(&b, "  Average:\t%s\n", secs(r.average))
 	fmt.Fprintf(&b, "  Stddev:\t%s\n", secs(r.stddev))
 	b.WriteString("\nEvent latency (put sent to event received):\n")
-	for i, p := range reportedPercentiles {
-		fmt.Fprintf(&b, "  %g%% in %s\n", p, secs(r.Percentiles[i]))
-	}
+	writePercentiles(&b, r.Percentiles)
 	b.WriteString("\nPut latency (put sent to put answered):\n")
-	for i, p := range reportedPercentiles {
-		fmt.Fprintf(&b, "  %g%% in %s\n", p, secs(r.PutPercentiles[i]))
-	}
+	writePercentiles(&b, r.PutPercentiles)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -539,13 +531,7 @@ func (r *watchResult) writeJSON(w io.Writer) error {
 		CreateSec: r.CreateSec, Puts: r.Puts, PutErrors: r.PutErrors, FirstError: r.FirstError, PutSec: r.PutSec,
 		Expected: r.Expected, Events: r.Events, Missing: r.Missing, Extra: r.Extra,
 		Duplicates: r.Duplicates, Foreign: r.Foreign, DeliverSec: r.DeliverSec, EventsPerSec: r.EventsPerSec,
-		LatencyMs: jsonLatency{
-			Fastest: ms(r.fastest), Slowest: ms(r.slowest), Average: ms(r.average), Stddev: ms(r.stddev),
-			P50: ms(r.Percentiles[0]), P90: ms(r.Percentiles[1]), P99: ms(r.Percentiles[2]), P999: ms(r.Percentiles[3]),
-		},
-		PutLatencyMs: jsonLatency{
-			Fastest: ms(r.putStats.fastest), Slowest: ms(r.putStats.slowest), Average: ms(r.putStats.average), Stddev: ms(r.putStats.stddev),
-			P50: ms(r.PutPercentiles[0]), P90: ms(r.PutPercentiles[1]), P99: ms(r.PutPercentiles[2]), P999: ms(r.PutPercentiles[3]),
-		},
+		LatencyMs:    r.latencyStats.toJSON(r.Percentiles),
+		PutLatencyMs: r.putStats.toJSON(r.PutPercentiles),
 	})
 }
