@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/google/btree"
 )
@@ -38,20 +37,16 @@ type Index struct {
 // New returns an empty index.
 func New() *Index {
 	return &Index{tree: btree.NewG(32, func(a, b *keyIndex) bool {
-		return a.key < b.key
+		return a.keyString() < b.keyString()
 	})}
 }
 
 // isFromKey reports whether end means "every key from key on".
 func isFromKey(end []byte) bool { return len(end) == 1 && end[0] == 0 }
 
-// pivotKey returns key as a string without copying it, for a search item
-// that lives only as long as one call into the tree: the tree compares it and
-// keeps nothing. Copying would cost a read an allocation per lookup.
-func pivotKey(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
-
 func (ti *Index) lookup(key []byte) *keyIndex {
-	ki, ok := ti.tree.Get(&keyIndex{key: pivotKey(key)})
+	pivot := pivotFor(key)
+	ki, ok := ti.tree.Get(&pivot)
 	if !ok {
 		return nil
 	}
@@ -60,9 +55,9 @@ func (ti *Index) lookup(key []byte) *keyIndex {
 
 // lookupLocked is lookup for a caller holding mu exclusively.
 func (ti *Index) lookupLocked(key []byte) *keyIndex {
-	ti.pivot.key = pivotKey(key)
+	ti.pivot = pivotFor(key)
 	ki, ok := ti.tree.Get(&ti.pivot)
-	ti.pivot.key = ""
+	ti.pivot = keyIndex{}
 	if !ok {
 		return nil
 	}
@@ -166,8 +161,9 @@ func (ti *Index) visit(key, end []byte, f func(ki *keyIndex) bool) {
 		return
 	}
 	fromKey := isFromKey(end)
-	ti.tree.AscendGreaterOrEqual(&keyIndex{key: pivotKey(key)}, func(ki *keyIndex) bool {
-		if !fromKey && ki.key >= string(end) {
+	pivot := pivotFor(key)
+	ti.tree.AscendGreaterOrEqual(&pivot, func(ki *keyIndex) bool {
+		if !fromKey && ki.keyString() >= string(end) {
 			return false
 		}
 		return f(ki)
@@ -186,7 +182,7 @@ func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, 
 			return true
 		}
 		if limit <= 0 || len(revs) < limit {
-			keys = append(keys, []byte(ki.key))
+			keys = append(keys, []byte(ki.keyString()))
 			revs = append(revs, rev)
 		}
 		total++

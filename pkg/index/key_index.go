@@ -2,7 +2,9 @@ package index
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"unsafe"
 )
 
 // keyIndex holds the history of one user key as a list of generations.
@@ -27,22 +29,34 @@ import (
 //
 // Most keys of a large store are in one generation with one revision: put
 // once, or compacted down to their newest put. Such a key is kept in the
-// compact form, hist == nil: its one revision in last, its generation's
-// created and ver beside it, no other allocation than the key index and its
-// key (two heap objects, 80 bytes for a 16-byte key, instead of four and 144:
-// less memory, less for the collector to mark, a faster index rebuild). The
-// compact form with a zero last is the key with no revisions at all. Any
-// other history lives in hist; compaction brings a key back to the compact
-// form when it leaves one revision.
+// compact form, hist == nil: its one revision as the modified revision, its
+// generation's created revision and version beside it, no other allocation
+// than the key index and its key (two heap objects, 64 bytes for a 16-byte
+// key, instead of four and 144: less memory, less for the collector to mark,
+// a faster index rebuild). The compact form with a zero modified revision is
+// the key with no revisions at all. Any other history lives in hist;
+// compaction brings a key back to the compact form when it leaves one
+// revision.
+//
+// The fields are packed into 48 bytes, the next size class below 64: the
+// key as a pointer and a 32-bit length, sub revisions and the compact
+// version in 32 bits. A sub revision numbers the writes of one transaction,
+// which a request of at most 2 GiB cannot take past 32 bits; a generation
+// whose version or created sub revision does not fit stays in hist.
 type keyIndex struct {
-	key string // a string, not a slice: 8 bytes less, a 64-byte key index
-	// last holds the newest revision: the key's modified revision. An
-	// array so that the compact form can lend it as its generation's revs.
-	last [1]Revision
-	// created and ver are the compact form's generation's (unused in hist).
-	created Revision
-	ver     int64
+	// keyData and keyLen are the user key: a string's bytes, never modified.
+	keyData *byte
 	hist    *history
+	// lastMain and lastSub are the newest revision: the key's modified
+	// revision.
+	lastMain int64
+	// createdMain, createdSub and ver are the compact form's generation's
+	// (unused in hist).
+	createdMain int64
+	keyLen      uint32
+	lastSub     uint32
+	createdSub  uint32
+	ver         uint32
 }
 
 // history is the full list of generations of a key not in the compact form.
@@ -60,7 +74,39 @@ type generation struct {
 }
 
 func newKeyIndex(key string) *keyIndex {
-	return &keyIndex{key: key}
+	if uint64(len(key)) > math.MaxUint32 {
+		panic(fmt.Sprintf("index: key of %d bytes", len(key)))
+	}
+	return &keyIndex{keyData: unsafe.StringData(key), keyLen: uint32(len(key))}
+}
+
+// pivotFor returns a key index to search the tree for key, aliasing key's
+// bytes: the tree compares it and keeps nothing, and copying would cost a
+// read an allocation per lookup.
+func pivotFor(key []byte) keyIndex {
+	return keyIndex{keyData: unsafe.SliceData(key), keyLen: uint32(len(key))}
+}
+
+// keyString returns the key without copying it.
+func (ki *keyIndex) keyString() string { return unsafe.String(ki.keyData, ki.keyLen) }
+
+// fitsCompact reports whether a generation created at created and at
+// version ver can be held in the compact form's 32-bit fields.
+func fitsCompact(created Revision, ver int64) bool {
+	return created.Sub >= 0 && created.Sub <= MaxSub && ver >= 0 && ver <= math.MaxUint32
+}
+
+// setModified records rev as the key's newest revision.
+func (ki *keyIndex) setModified(rev Revision) {
+	if rev.Sub < 0 || rev.Sub > MaxSub {
+		panic(fmt.Sprintf("index: %q at %v: sub revision out of 32 bits", ki.keyString(), rev))
+	}
+	ki.lastMain, ki.lastSub = rev.Main, uint32(rev.Sub)
+}
+
+// setCompact sets the compact form's generation; fitsCompact must hold.
+func (ki *keyIndex) setCompact(created Revision, ver int64) {
+	ki.createdMain, ki.createdSub, ki.ver = created.Main, uint32(created.Sub), uint32(ver)
 }
 
 func (g *generation) isEmpty() bool { return len(g.revs) == 0 }
@@ -77,20 +123,38 @@ func (g *generation) walk(f func(rev Revision) bool) int {
 }
 
 // modified returns the key's newest revision (zero: none was ever added).
-func (ki *keyIndex) modified() Revision { return ki.last[0] }
+func (ki *keyIndex) modified() Revision {
+	return Revision{Main: ki.lastMain, Sub: int64(ki.lastSub)}
+}
 
-// generations returns the key's generations for reading: hist's, or, in the
-// compact form, a one-generation view built in buf (the caller's, so that a
-// read allocates nothing). The result must not be modified.
-func (ki *keyIndex) generations(buf *[1]generation) []generation {
+// compactCreated returns the compact form's generation's created revision.
+func (ki *keyIndex) compactCreated() Revision {
+	return Revision{Main: ki.createdMain, Sub: int64(ki.createdSub)}
+}
+
+// hasRevisions reports whether a compact key index holds its one revision.
+func (ki *keyIndex) hasRevisions() bool { return ki.lastMain != 0 || ki.lastSub != 0 }
+
+// compactView returns the compact form's generation for reading, its one
+// revision in vr: the zero generation when the key has no revisions (or is
+// in hist). With generationsOr it gives a read the key's generations in
+// either form without allocating: the caller keeps both in its own frame,
+// as a view stored through a pointer would move to the heap.
+func (ki *keyIndex) compactView(vr *[1]Revision) generation {
+	if ki.hist != nil || !ki.hasRevisions() {
+		return generation{}
+	}
+	vr[0] = ki.modified()
+	return generation{ver: int64(ki.ver), created: ki.compactCreated(), revs: vr[:]}
+}
+
+// generationsOr returns hist's generations, or view (compactView's
+// generation) in the compact form. The result must not be modified.
+func (ki *keyIndex) generationsOr(view []generation) []generation {
 	if ki.hist != nil {
 		return ki.hist.generations
 	}
-	buf[0] = generation{}
-	if ki.last[0] != (Revision{}) {
-		buf[0] = generation{ver: ki.ver, created: ki.created, revs: ki.last[:]}
-	}
-	return buf[:]
+	return view
 }
 
 // inflate moves a compact key index into hist, before a change the compact
@@ -99,28 +163,32 @@ func (ki *keyIndex) generations(buf *[1]generation) []generation {
 func (ki *keyIndex) inflate() {
 	h := &history{}
 	h.generations = h.first[:1]
-	if ki.last[0] != (Revision{}) {
-		h.first[0] = generation{ver: ki.ver, created: ki.created, revs: append(make([]Revision, 0, 2), ki.last[0])}
+	if ki.hasRevisions() {
+		h.first[0] = generation{ver: int64(ki.ver), created: ki.compactCreated(), revs: append(make([]Revision, 0, 2), ki.modified())}
 	}
 	ki.hist = h
-	ki.created, ki.ver = Revision{}, 0
+	ki.setCompact(Revision{}, 0)
 }
 
 // deflate returns a key index whose history is down to one live generation
-// with one revision to the compact form.
+// with one revision to the compact form, when that generation fits it.
 func (ki *keyIndex) deflate() {
 	if ki.hist == nil || len(ki.hist.generations) != 1 || len(ki.hist.generations[0].revs) != 1 {
 		return
 	}
 	g := ki.hist.generations[0]
-	ki.created, ki.ver, ki.hist = g.created, g.ver, nil
+	if !fitsCompact(g.created, g.ver) {
+		return
+	}
+	ki.setCompact(g.created, g.ver)
+	ki.hist = nil
 }
 
 // current returns the current generation's created revision and version
 // (zero when the key is not live).
 func (ki *keyIndex) current() (created Revision, ver int64) {
 	if ki.hist == nil {
-		return ki.created, ki.ver
+		return ki.compactCreated(), int64(ki.ver)
 	}
 	g := &ki.hist.generations[len(ki.hist.generations)-1]
 	return g.created, g.ver
@@ -130,11 +198,12 @@ func (ki *keyIndex) current() (created Revision, ver int64) {
 // rev must be greater than every revision already in ki.
 func (ki *keyIndex) put(rev Revision) {
 	if !rev.GreaterThan(ki.modified()) {
-		panic(fmt.Sprintf("index: put %q at %v, not after last modification %v", ki.key, rev, ki.modified()))
+		panic(fmt.Sprintf("index: put %q at %v, not after last modification %v", ki.keyString(), rev, ki.modified()))
 	}
 	if ki.hist == nil {
-		if ki.last[0] == (Revision{}) {
-			ki.last[0], ki.created, ki.ver = rev, rev, 1
+		if !ki.hasRevisions() {
+			ki.setModified(rev)
+			ki.setCompact(rev, 1)
 			return
 		}
 		ki.inflate()
@@ -146,14 +215,14 @@ func (ki *keyIndex) put(rev Revision) {
 	}
 	g.revs = append(g.revs, rev)
 	g.ver++
-	ki.last[0] = rev
+	ki.setModified(rev)
 }
 
 // isLive reports whether the key's last generation is open: the key
 // exists at the newest revision.
 func (ki *keyIndex) isLive() bool {
 	if ki.hist == nil {
-		return ki.last[0] != (Revision{})
+		return ki.hasRevisions()
 	}
 	gens := ki.hist.generations
 	return !gens[len(gens)-1].isEmpty()
@@ -171,10 +240,18 @@ func (ki *keyIndex) restoreTombstone(rev Revision) {
 // the key was created at created and is at version ver as of modified.
 func (ki *keyIndex) restore(created, modified Revision, ver int64) {
 	if !ki.isEmpty() {
-		panic(fmt.Sprintf("index: restore %q into a non-empty key index", ki.key))
+		panic(fmt.Sprintf("index: restore %q into a non-empty key index", ki.keyString()))
 	}
-	ki.hist = nil
-	ki.last[0], ki.created, ki.ver = modified, created, ver
+	ki.setModified(modified)
+	if fitsCompact(created, ver) {
+		ki.hist = nil
+		ki.setCompact(created, ver)
+		return
+	}
+	h := &history{}
+	h.first[0] = generation{ver: ver, created: created, revs: []Revision{modified}}
+	h.generations = h.first[:1]
+	ki.hist = h
 }
 
 // tombstone ends the current generation with rev and opens an empty one. It
@@ -195,8 +272,9 @@ func (ki *keyIndex) tombstone(rev Revision) error {
 // that created its generation and its version there. ErrRevisionNotFound
 // means the key did not exist at atRev.
 func (ki *keyIndex) get(atRev int64) (modified, created Revision, ver int64, err error) {
-	var buf [1]generation
-	g := findGeneration(ki.generations(&buf), atRev)
+	var vr [1]Revision
+	view := [1]generation{ki.compactView(&vr)}
+	g := findGeneration(ki.generationsOr(view[:]), atRev)
 	if g == nil || g.isEmpty() {
 		return Revision{}, Revision{}, 0, ErrRevisionNotFound
 	}
@@ -233,8 +311,9 @@ func findGeneration(gens []generation, rev int64) *generation {
 // several share a main revision only the greatest sub revision is returned:
 // the earlier ones are invisible outside their transaction.
 func (ki *keyIndex) since(rev int64) []Revision {
-	var buf [1]generation
-	gens := ki.generations(&buf)
+	var vr [1]Revision
+	view := [1]generation{ki.compactView(&vr)}
+	gens := ki.generationsOr(view[:])
 	since := Revision{Main: rev}
 	gi := len(gens) - 1
 	for ; gi > 0; gi-- {
@@ -273,7 +352,7 @@ func (ki *keyIndex) since(rev int64) []Revision {
 func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
 	if ki.hist == nil {
 		// One live revision (or none): it is kept if it is <= atRev.
-		if r := ki.last[0]; r != (Revision{}) && r.Main <= atRev {
+		if r := ki.modified(); ki.hasRevisions() && r.Main <= atRev {
 			available[r] = struct{}{}
 		}
 		return
@@ -301,8 +380,9 @@ func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
 // tombstone: etcd leaves it out so that hashes agree with versions that
 // deleted it.
 func (ki *keyIndex) keep(atRev int64, available map[Revision]struct{}) {
-	var buf [1]generation
-	gens := ki.generations(&buf)
+	var vr [1]Revision
+	view := [1]generation{ki.compactView(&vr)}
+	gens := ki.generationsOr(view[:])
 	if gi, ri, live := locate(gens, atRev); live {
 		available[gens[gi].revs[ri]] = struct{}{}
 	}
@@ -333,7 +413,7 @@ func locate(gens []generation, atRev int64) (gi, ri int, live bool) {
 // index is removed from the tree.
 func (ki *keyIndex) isEmpty() bool {
 	if ki.hist == nil {
-		return ki.last[0] == (Revision{})
+		return !ki.hasRevisions()
 	}
 	return len(ki.hist.generations) == 1 && ki.hist.generations[0].isEmpty()
 }
@@ -341,38 +421,39 @@ func (ki *keyIndex) isEmpty() bool {
 // check verifies the invariants documented on keyIndex.
 func (ki *keyIndex) check() error {
 	if ki.hist != nil && len(ki.hist.generations) == 0 {
-		return fmt.Errorf("key %q: no generations", ki.key)
+		return fmt.Errorf("key %q: no generations", ki.keyString())
 	}
-	var buf [1]generation
-	gens := ki.generations(&buf)
+	var vr [1]Revision
+	view := [1]generation{ki.compactView(&vr)}
+	gens := ki.generationsOr(view[:])
 	var prev Revision
 	first := true
 	for i, g := range gens {
 		last := i == len(gens)-1
 		if g.isEmpty() {
 			if !last {
-				return fmt.Errorf("key %q: empty generation %d is not the last", ki.key, i)
+				return fmt.Errorf("key %q: empty generation %d is not the last", ki.keyString(), i)
 			}
 			continue
 		}
 		// The empty key holds only etcdutl's revision placeholders (see
 		// mvcc.CheckKV): records without a version.
-		if g.ver < int64(len(g.revs)) && len(ki.key) > 0 {
-			return fmt.Errorf("key %q: generation %d has version %d < %d revisions", ki.key, i, g.ver, len(g.revs))
+		if g.ver < int64(len(g.revs)) && len(ki.keyString()) > 0 {
+			return fmt.Errorf("key %q: generation %d has version %d < %d revisions", ki.keyString(), i, g.ver, len(g.revs))
 		}
 		unknown := g.created == Revision{}
 		if g.created.Main > g.revs[0].Main || (!unknown && g.ver == int64(len(g.revs)) && g.created.Main != g.revs[0].Main) {
-			return fmt.Errorf("key %q: generation %d created at %v, first revision %v, version %d", ki.key, i, g.created, g.revs[0], g.ver)
+			return fmt.Errorf("key %q: generation %d created at %v, first revision %v, version %d", ki.keyString(), i, g.created, g.revs[0], g.ver)
 		}
 		for _, r := range g.revs {
 			if !first && !r.GreaterThan(prev) {
-				return fmt.Errorf("key %q: revision %v not after %v", ki.key, r, prev)
+				return fmt.Errorf("key %q: revision %v not after %v", ki.keyString(), r, prev)
 			}
 			prev, first = r, false
 		}
 	}
 	if !first && prev != ki.modified() {
-		return fmt.Errorf("key %q: modified %v, newest revision %v", ki.key, ki.modified(), prev)
+		return fmt.Errorf("key %q: modified %v, newest revision %v", ki.keyString(), ki.modified(), prev)
 	}
 	return nil
 }

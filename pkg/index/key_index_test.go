@@ -3,9 +3,11 @@ package index
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 func r(main int64) Revision       { return Revision{Main: main} }
@@ -41,8 +43,9 @@ func newTestKeyIndex(t *testing.T) *keyIndex {
 
 // generationsOf returns a copy of ki's generations, whatever its form.
 func generationsOf(ki *keyIndex) []generation {
-	var buf [1]generation
-	return slices.Clone(ki.generations(&buf))
+	var vr [1]Revision
+	view := [1]generation{ki.compactView(&vr)}
+	return slices.Clone(ki.generationsOr(view[:]))
 }
 
 func mustTombstone(t *testing.T, ki *keyIndex, rev Revision) {
@@ -314,5 +317,59 @@ func TestKeyIndexCompactDeleteAndPutInOneTxn(t *testing.T) {
 	}
 	if !reflect.DeepEqual(generationsOf(ki)[1].revs, []Revision{rs(3, 1)}) {
 		t.Fatalf("generations %+v", generationsOf(ki))
+	}
+}
+
+// The compact form is one 48-byte object beside its key: a field added to
+// keyIndex moves every key of a large store into the 64-byte size class.
+func TestKeyIndexSize(t *testing.T) {
+	if n := unsafe.Sizeof(keyIndex{}); n != 48 {
+		t.Fatalf("keyIndex is %d bytes, want 48", n)
+	}
+}
+
+// A generation whose version or created sub revision does not fit the
+// compact form's 32 bits is kept in hist, through restore, puts and
+// compaction, and reads give the full values back.
+func TestKeyIndexBeyondCompactForm(t *testing.T) {
+	big := int64(math.MaxUint32) + 5
+	for _, tc := range []struct {
+		name    string
+		created Revision
+		ver     int64
+	}{
+		{"version", r(2), big},
+		{"created sub", rs(2, big), 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ki := newKeyIndex("k")
+			ki.restore(tc.created, rs(9, 1), tc.ver)
+			if ki.hist == nil {
+				t.Fatal("restored into the compact form")
+			}
+			mod, created, ver, err := ki.get(9)
+			if err != nil || mod != rs(9, 1) || created != tc.created || ver != tc.ver {
+				t.Fatalf("get(9) = %v %v %d %v, want %v %v %d", mod, created, ver, err, rs(9, 1), tc.created, tc.ver)
+			}
+			ki.put(r(10))
+			ki.compact(10, map[Revision]struct{}{})
+			if ki.hist == nil {
+				t.Fatal("compaction deflated a generation the compact form cannot hold")
+			}
+			if _, created, ver, err := ki.get(10); err != nil || created != tc.created || ver != tc.ver+1 {
+				t.Fatalf("get(10) after compaction = %v %d %v, want %v %d", created, ver, err, tc.created, tc.ver+1)
+			}
+			if err := ki.check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	ki := newKeyIndex("k")
+	ki.restore(r(2), r(3), math.MaxUint32)
+	if ki.hist != nil {
+		t.Fatal("a version of MaxUint32 left the compact form")
+	}
+	if _, _, ver, _ := ki.get(3); ver != math.MaxUint32 {
+		t.Fatalf("version %d, want %d", ver, int64(math.MaxUint32))
 	}
 }

@@ -17,6 +17,11 @@ type Revision struct {
 	Sub  int64
 }
 
+// MaxSub is the greatest sub revision the index holds: one transaction's
+// writes are numbered from 0, and a request of at most 2 GiB cannot carry
+// more than this many.
+const MaxSub = 1<<32 - 1
+
 // GreaterThan reports whether a sorts after b ((Main, Sub) lexicographic).
 func (a Revision) GreaterThan(b Revision) bool {
 	if a.Main != b.Main {

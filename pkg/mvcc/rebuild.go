@@ -80,6 +80,9 @@ func (b *IndexBuilder) Add(k, v []byte) error {
 		return b.err
 	}
 	rev, tomb, err := bytesToRev(k)
+	if err == nil && (rev.Sub < 0 || rev.Sub > index.MaxSub) {
+		err = fmt.Errorf("revision %v: sub revision out of range", rev)
+	}
 	if err == nil {
 		// kv aliases v: the key is copied into the chunk's arena, the rest
 		// is not kept.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/goleak"
 
 	"github.com/kvd-dev/kvd/pkg/backend"
@@ -13,8 +14,19 @@ import (
 
 // A damaged record in the middle of the Key bucket fails the open with the
 // revision it sits at, after more than one chunk went to the index builder,
-// and the builder goroutine ends.
+// and the builder goroutine ends. Damaged: a value that does not decode, or
+// a sub revision no transaction can reach (the index holds 32 bits of it).
 func TestRebuildIndexDamagedRecord(t *testing.T) {
+	t.Run("value", func(t *testing.T) {
+		testRebuildDamaged(t, index.Revision{Main: 2 * rebuildChunk}, []byte{0x0a, 0xff})
+	})
+	t.Run("sub revision", func(t *testing.T) {
+		kv := marshalKV(&mvccpb.KeyValue{Key: []byte("k"), Value: []byte("v"), CreateRevision: 5, ModRevision: 5, Version: 1})
+		testRebuildDamaged(t, index.Revision{Main: 2 * rebuildChunk, Sub: index.MaxSub + 1}, kv)
+	})
+}
+
+func testRebuildDamaged(t *testing.T, bad index.Revision, value []byte) {
 	forEachEngine(t, func(t *testing.T, e engine) {
 		ts := newTestStore(t, e)
 		const n = 3 * rebuildChunk
@@ -33,9 +45,8 @@ func TestRebuildIndexDamagedRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer be.Close()
-		bad := index.Revision{Main: 2 * rebuildChunk}
 		err = be.Update(func(tx backend.WriteTx) error {
-			return tx.Put(backend.Key, revToBytes(bad, false), []byte{0x0a, 0xff})
+			return tx.Put(backend.Key, revToBytes(bad, false), value)
 		})
 		if err != nil {
 			t.Fatal(err)
