@@ -50,6 +50,10 @@ type IndexBuilder struct {
 type BuiltIndex struct {
 	idx     *index.Index
 	current int64
+	// written is the backend state an index file was written for: restore
+	// uses the index only if the backend is still there (nil: built from
+	// the backend being opened).
+	written *indexMeta
 }
 
 // Keys is how many keys the index holds, deleted ones included.

@@ -102,6 +102,10 @@ type Store struct {
 	// resumed closes when the compaction Open resumed is done (nil: none).
 	resumed   <-chan struct{}
 	closeOnce sync.Once
+	// indexFile is Options.IndexFile; indexFromFile is set when Open took
+	// the index from it.
+	indexFile     string
+	indexFromFile bool
 	// ops counts the operations of ended transactions (stats.go).
 	ops opCounters
 }
@@ -135,6 +139,10 @@ type Options struct {
 	// traced proposals (Batch.Link): a "backend.commit" span linked to
 	// them. nil: no span work at all.
 	Tracer trace.Tracer
+	// IndexFile, if set, is where Close leaves the key index for the next
+	// Open, which reads and removes it instead of rebuilding the index from
+	// the backend when the backend is still as Close left it (indexfile.go).
+	IndexFile string
 	// ExternalCompactor leaves running the compactor to the caller, who
 	// runs Store.Compactor (the member, in its actor group, so a failed
 	// compaction stops the member). Otherwise Open starts it on a goroutine
@@ -182,6 +190,7 @@ func OpenWithOptions(be backend.Backend, o Options) (*Store, error) {
 		observe:           o.Observe,
 		tracer:            o.Tracer,
 		externalCompactor: o.ExternalCompactor,
+		indexFile:         o.IndexFile,
 	})
 }
 
@@ -196,6 +205,7 @@ type config struct {
 	observe           Observers
 	tracer            trace.Tracer
 	externalCompactor bool
+	indexFile         string
 	// afterCompactChunk is called by the compactor after each chunk.
 	afterCompactChunk func(s *Store, rev int64)
 }
@@ -232,7 +242,12 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	s.flusher.onCommit = cfg.onCommit
 	s.flusher.tracer = cfg.tracer
 
-	scheduled, err := s.restore(nil)
+	var saved *BuiltIndex
+	if cfg.indexFile != "" {
+		s.indexFile = cfg.indexFile
+		saved = takeIndexFile(cfg.indexFile, lg)
+	}
+	scheduled, err := s.restore(saved)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +310,19 @@ func (s *Store) restore(built *BuiltIndex) (scheduled int64, err error) {
 	if err != nil {
 		return 0, err
 	}
+	if built != nil && built.written != nil {
+		why := built.written.mismatch(s.consistentIndex.Load(), s.consistentTerm.Load(), finished, scheduled)
+		if why == "" {
+			why, err = revisionsBeyond(tx, built.current)
+			if err != nil {
+				return 0, err
+			}
+		}
+		if why != "" {
+			s.lg.Warn("index file not used; rebuilding the index", zap.String("reason", why))
+			built = nil
+		}
+	}
 	if finished >= 0 {
 		s.compactRev = finished
 	}
@@ -308,6 +336,7 @@ func (s *Store) restore(built *BuiltIndex) (scheduled int64, err error) {
 		}
 	}
 	s.idx = built.idx
+	s.indexFromFile = built.written != nil
 	current := built.current
 	// Compaction may have deleted every revision up to the compaction point,
 	// which is then the newest revision known.
@@ -318,6 +347,7 @@ func (s *Store) restore(built *BuiltIndex) (scheduled int64, err error) {
 		zap.Int64("compact-revision", s.compactRev),
 		zap.Uint64("consistent-index", s.consistentIndex.Load()),
 		zap.Int("keys", s.idx.Len()),
+		zap.Bool("index-from-file", s.indexFromFile),
 		zap.Duration("index-rebuild", time.Since(start)))
 	return scheduled, nil
 }
@@ -367,6 +397,15 @@ func (s *Store) Close() error {
 		s.compactor.stop()
 		err = s.Flush()
 		s.flusher.stop()
+		if err == nil && s.indexFile != "" {
+			start := time.Now()
+			if serr := s.saveIndexFile(s.indexFile); serr != nil {
+				// The next Open rebuilds the index, as after a crash.
+				s.lg.Warn("index file not written", zap.String("path", s.indexFile), zap.Error(serr))
+			} else {
+				s.lg.Info("wrote index file", zap.String("path", s.indexFile), zap.Duration("took", time.Since(start)))
+			}
+		}
 	})
 	return err
 }
