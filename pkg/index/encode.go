@@ -152,6 +152,7 @@ func Decode(b []byte) (*Index, error) {
 	d := &decoder{b: b}
 	ti := New()
 	n := d.count(4) // key length, form and two revisions at least
+	kis := make([]*keyIndex, 0, n)
 	var prev string
 	for i := 0; i < n && d.err == nil; i++ {
 		key := d.bytes(d.count(1))
@@ -218,13 +219,20 @@ func Decode(b []byte) (*Index, error) {
 		if ki.isLive() {
 			ti.live.Add(1)
 		}
-		ti.tree.ReplaceOrInsert(ki)
+		kis = append(kis, ki)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")
 	}
 	if d.err != nil {
 		return nil, d.err
+	}
+	// Last key first: a node that splits keeps growing on its left, so the
+	// nodes split off to the right are left full, in slices of their size.
+	// In ascending order every finished node would keep half of a slice
+	// grown for twice its items.
+	for i := len(kis) - 1; i >= 0; i-- {
+		ti.tree.ReplaceOrInsert(kis[i])
 	}
 	return ti, nil
 }

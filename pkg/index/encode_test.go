@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -123,4 +124,62 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %x, encodes as %x", b, again)
 		}
 	})
+}
+
+// encodedKeys returns the encoding of an index of n keys put once, as a
+// store filled with sequential keys holds them.
+func encodedKeys(n int) []byte {
+	ti := New()
+	for i := range n {
+		ti.Put([]byte(fmt.Sprintf("fill/%08d", i)), Revision{Main: int64(i + 2)})
+	}
+	return ti.AppendEncoded(nil)
+}
+
+// BenchmarkDecode is a start's reading of the index file: one op decodes
+// an index of 1,048,576 keys.
+func BenchmarkDecode(b *testing.B) {
+	const keys = 1 << 20
+	enc := encodedKeys(keys)
+	// Measured before the loop, which keeps its last index alive.
+	retained := retainedPerKey(b, enc, keys)
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if _, err := Decode(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/key")
+	b.ReportMetric(retained, "heap-B/key")
+}
+
+// retainedPerKey decodes enc once more and returns the heap the index
+// keeps, per key: what a start from the index file holds in memory.
+func retainedPerKey(b *testing.B, enc []byte, keys int) float64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	ti, err := Decode(enc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	runtime.KeepAlive(ti)
+	return float64(int64(ms.HeapAlloc)-int64(before)) / float64(keys)
+}
+
+// BenchmarkAppendEncoded is a clean stop's encoding of the same index.
+func BenchmarkAppendEncoded(b *testing.B) {
+	const keys = 1 << 20
+	ti, err := Decode(encodedKeys(keys))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf []byte
+	for b.Loop() {
+		buf = ti.AppendEncoded(buf[:0])
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/key")
 }
