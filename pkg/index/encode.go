@@ -1,11 +1,14 @@
 package index
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
-	"math/bits"
+	"unsafe"
 )
 
 // The encoded index is the key count, then every key in key order: its
@@ -27,39 +30,59 @@ const (
 	formHist    = 1
 )
 
-// AppendEncoded appends the whole index to b. The caller must keep writers
-// and the compactor away meanwhile.
-func (ti *Index) AppendEncoded(b []byte) []byte {
+// Encode writes the whole index to w, a few tens of KiB at a time (an
+// index of millions of keys is hundreds of MB encoded). The caller must
+// keep writers and the compactor away meanwhile.
+func (ti *Index) Encode(w io.Writer) error {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	b = binary.AppendUvarint(b, uint64(ti.tree.Len()))
+	b := binary.AppendUvarint(make([]byte, 0, 64<<10), uint64(ti.tree.Len()))
+	var err error
 	ti.tree.Ascend(func(ki *keyIndex) bool {
-		b = binary.AppendUvarint(b, uint64(ki.keyLen))
-		b = append(b, ki.keyString()...)
-		if ki.hist == nil {
-			b = append(b, formCompact)
-			b = appendRev(b, ki.modified())
-			b = binary.AppendVarint(b, ki.createdMain)
-			b = binary.AppendUvarint(b, uint64(ki.ver))
-			return true
+		b = appendKey(b, ki)
+		if len(b) >= 48<<10 {
+			_, err = w.Write(b)
+			b = b[:0]
 		}
-		b = append(b, formHist)
-		gens := ki.hist.generations
-		b = binary.AppendUvarint(b, uint64(len(gens)))
-		for gi, g := range gens {
-			ver, created := g.ver, g.created.Main
-			if gi < len(gens)-1 && len(g.revs) == 1 {
-				ver, created = 1, 0 // only the tombstone is left
-			}
-			b = binary.AppendVarint(b, ver)
-			b = binary.AppendVarint(b, created)
-			b = binary.AppendUvarint(b, uint64(len(g.revs)))
-			for _, r := range g.revs {
-				b = appendRev(b, r)
-			}
-		}
-		return true
+		return err == nil
 	})
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	return err
+}
+
+// AppendEncoded appends what Encode writes to b.
+func (ti *Index) AppendEncoded(b []byte) []byte {
+	buf := bytes.NewBuffer(b)
+	_ = ti.Encode(buf) // a bytes.Buffer's Write does not fail
+	return buf.Bytes()
+}
+
+func appendKey(b []byte, ki *keyIndex) []byte {
+	b = binary.AppendUvarint(b, uint64(ki.keyLen))
+	b = append(b, ki.keyString()...)
+	if ki.hist == nil {
+		b = append(b, formCompact)
+		b = appendRev(b, ki.modified())
+		b = binary.AppendVarint(b, ki.createdMain)
+		return binary.AppendUvarint(b, uint64(ki.ver))
+	}
+	b = append(b, formHist)
+	gens := ki.hist.generations
+	b = binary.AppendUvarint(b, uint64(len(gens)))
+	for gi, g := range gens {
+		ver, created := g.ver, g.created.Main
+		if gi < len(gens)-1 && len(g.revs) == 1 {
+			ver, created = 1, 0 // only the tombstone is left
+		}
+		b = binary.AppendVarint(b, ver)
+		b = binary.AppendVarint(b, created)
+		b = binary.AppendUvarint(b, uint64(len(g.revs)))
+		for _, r := range g.revs {
+			b = appendRev(b, r)
+		}
+	}
 	return b
 }
 
@@ -70,22 +93,42 @@ func appendRev(b []byte, r Revision) []byte {
 // errEncoded is the error of any damage to an encoded index.
 var errEncoded = errors.New("index: damaged encoding")
 
-// decoder reads an encoded index; the first damage sticks in err.
+// decoder reads an encoded index from r, of which at most left bytes
+// remain (a bound on what a count may claim); the first damage sticks in
+// err.
 type decoder struct {
-	b   []byte
-	err error
+	r    *bufio.Reader
+	left int64
+	err  error
 }
 
 // uvarint reads an unsigned varint in its shortest form: an index has one
 // encoding, which keeps damage from passing as a longer number.
 func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != max(1, (bits.Len64(v)+6)/7) {
-		d.fail("a number")
+	if d.err != nil {
 		return 0
 	}
-	d.b = d.b[n:]
-	return v
+	var v uint64
+	for n := 0; n < binary.MaxVarintLen64; n++ {
+		c, err := d.r.ReadByte()
+		if err != nil {
+			d.fail("number", err)
+			return 0
+		}
+		d.left--
+		if n == binary.MaxVarintLen64-1 && c > 1 {
+			break // overflows 64 bits
+		}
+		v |= uint64(c&0x7f) << (7 * n)
+		if c < 0x80 {
+			if c == 0 && n > 0 {
+				break // not the shortest form
+			}
+			return v
+		}
+	}
+	d.fail("number", nil)
+	return 0
 }
 
 // varint reads a zigzag varint (binary.AppendVarint's) in its shortest form.
@@ -99,11 +142,11 @@ func (d *decoder) varint() int64 {
 }
 
 // count reads a length that the rest of the input must be able to hold at
-// least min bytes per item of.
-func (d *decoder) count(per int) int {
+// least per bytes an item of.
+func (d *decoder) count(per int64) int {
 	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)/per) {
-		d.fail("a count")
+	if d.err == nil && n > uint64(max(d.left, 0)/per) {
+		d.fail("count", nil)
 		return 0
 	}
 	return int(n)
@@ -113,63 +156,90 @@ func (d *decoder) rev() Revision {
 	main := d.varint()
 	sub := d.uvarint()
 	if d.err == nil && sub > MaxSub {
-		d.fail("a sub revision")
+		d.fail("sub revision", nil)
 	}
 	return Revision{Main: main, Sub: int64(sub)}
 }
 
-func (d *decoder) bytes(n int) []byte {
-	if d.err != nil || n > len(d.b) {
-		d.fail("a key")
-		return nil
+// key reads n bytes as a new string.
+func (d *decoder) key(n int) string {
+	if d.err != nil {
+		return ""
 	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
+	b := make([]byte, n)
+	if _, err := io.ReadFull(d.r, b); err != nil {
+		d.fail("key", err)
+		return ""
+	}
+	d.left -= int64(n)
+	return unsafe.String(unsafe.SliceData(b), n)
 }
 
 func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.fail("a form")
+	if d.err != nil {
 		return 0
 	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s with %d bytes left", errEncoded, what, len(d.b))
+	c, err := d.r.ReadByte()
+	if err != nil {
+		d.fail("form", err)
+		return 0
 	}
+	d.left--
+	return c
 }
 
-// Decode builds the index AppendEncoded wrote into b, checking every key
-// index's invariants and the key order: damaged input gives an error,
-// never an index that differs from the one encoded. The index copies what
-// it keeps of b.
+func (d *decoder) fail(what string, err error) {
+	if d.err != nil {
+		return
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		d.err = fmt.Errorf("%w: bad %s: %w", errEncoded, what, err)
+		return
+	}
+	d.err = fmt.Errorf("%w: bad %s", errEncoded, what)
+}
+
+// Decode builds the index AppendEncoded wrote into b.
 func Decode(b []byte) (*Index, error) {
-	d := &decoder{b: b}
+	r := bufio.NewReader(bytes.NewReader(b))
+	ti, err := DecodeFrom(r, int64(len(b)))
+	if err == nil {
+		if _, rerr := r.ReadByte(); rerr != io.EOF {
+			err = fmt.Errorf("%w: trailing bytes", errEncoded)
+		}
+	}
+	return ti, err
+}
+
+// DecodeFrom reads an index Encode wrote from r, which holds at most size
+// bytes, checking every key index's invariants and the key order: damaged
+// input gives an error, never an index that differs from the one encoded.
+// It stops at the encoding's end.
+func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
+	d := &decoder{r: r, left: size}
 	ti := New()
 	n := d.count(4) // key length, form and two revisions at least
 	kis := make([]*keyIndex, 0, n)
 	var prev string
 	for i := 0; i < n && d.err == nil; i++ {
-		key := d.bytes(d.count(1))
+		key := d.key(d.count(1))
 		if d.err != nil {
 			break
 		}
-		if i > 0 && string(key) <= prev {
-			d.fail("key order")
+		if i > 0 && key <= prev {
+			d.fail("key order", nil)
 			break
 		}
-		ki := newKeyIndex(string(key))
-		prev = ki.keyString()
+		ki := newKeyIndex(key)
+		prev = key
 		switch d.byte() {
 		case formCompact:
 			modified, created, ver := d.rev(), Revision{Main: d.varint()}, d.uvarint()
 			if d.err == nil && ver > math.MaxUint32 {
-				d.fail("a version")
+				d.fail("version", nil)
 			}
 			if d.err == nil {
 				ki.setModified(modified)
@@ -179,7 +249,7 @@ func Decode(b []byte) (*Index, error) {
 			h := &history{}
 			gens := d.count(4)
 			if gens == 0 {
-				d.fail("a generation count")
+				d.fail("generation count", nil)
 			}
 			if gens <= len(h.first) {
 				h.generations = h.first[:gens]
@@ -204,7 +274,7 @@ func Decode(b []byte) (*Index, error) {
 				}
 			}
 		default:
-			d.fail("a form")
+			d.fail("form", nil)
 		}
 		if d.err != nil {
 			break
@@ -213,16 +283,13 @@ func Decode(b []byte) (*Index, error) {
 			return nil, fmt.Errorf("%w: %v", errEncoded, err)
 		}
 		if ki.isEmpty() {
-			d.fail("an empty key")
+			d.fail("empty key", nil)
 			break
 		}
 		if ki.isLive() {
 			ti.live.Add(1)
 		}
 		kis = append(kis, ki)
-	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("trailing bytes")
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -1,11 +1,13 @@
 package mvcc
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,14 +26,15 @@ import (
 // 8 GiB). Close, with every applied write committed and no compaction
 // pending, writes the index beside the meta it matches (Options.IndexFile);
 // Open reads the file, removes it, and uses the index when the backend's
-// meta is still what the file records, so a backend that moved on since
-// (the file left behind by a crash after a later start, a backend copied
-// in) is rebuilt as before. Anything else amiss (no file, a damaged one)
-// also rebuilds.
+// meta is still what the file records and it holds no revision past the
+// file's, so a backend that moved on since (a file whose removal did not
+// last, a backend copied in) is rebuilt as before. Anything else amiss (no
+// file, a damaged one) also rebuilds. Both ends stream: an index of
+// millions of keys is hundreds of MB encoded.
 //
 // Layout: indexFileMagic, the meta as varints (consistent index and term,
 // finished and scheduled compaction, current revision), the encoded index
-// (index.AppendEncoded), and a CRC-32C of all that.
+// (index.Encode), and a CRC-32C of all that.
 const indexFileMagic = "kvd index file 1\n"
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -65,26 +68,35 @@ func (s *Store) saveIndexFile(path string) error {
 	}
 	m := indexMeta{consistentIndex: s.consistentIndex.Load(), consistentTerm: s.consistentTerm.Load(),
 		finished: finished, scheduled: scheduled, current: s.rev.Load()}
-	b := append([]byte(nil), indexFileMagic...)
-	b = binary.AppendUvarint(b, m.consistentIndex)
-	b = binary.AppendUvarint(b, m.consistentTerm)
-	b = binary.AppendVarint(b, m.finished)
-	b = binary.AppendVarint(b, m.scheduled)
-	b = binary.AppendVarint(b, m.current)
-	b = s.idx.AppendEncoded(b)
-	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
-	return writeFileSynced(path, b)
+	return writeIndexFile(path, m, s.idx)
 }
 
-// writeFileSynced writes b to path through a temporary file, renamed over
-// path once synced, and syncs the directory.
-func writeFileSynced(path string, b []byte) error {
+// writeIndexFile writes the file through a temporary one, renamed over path
+// once synced, and syncs the directory.
+func writeIndexFile(path string, m indexMeta, idx *index.Index) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	crc := crc32.New(crcTable)
+	w := bufio.NewWriterSize(io.MultiWriter(f, crc), 256<<10)
+	hdr := append([]byte(nil), indexFileMagic...)
+	hdr = binary.AppendUvarint(hdr, m.consistentIndex)
+	hdr = binary.AppendUvarint(hdr, m.consistentTerm)
+	hdr = binary.AppendVarint(hdr, m.finished)
+	hdr = binary.AppendVarint(hdr, m.scheduled)
+	hdr = binary.AppendVarint(hdr, m.current)
+	_, err = w.Write(hdr)
+	if err == nil {
+		err = idx.Encode(w)
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		_, err = f.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32()))
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -113,58 +125,74 @@ func removeIfExists(path string) error {
 // outlives the backend state it was written for.
 func takeIndexFile(path string, lg *zap.Logger) *BuiltIndex {
 	start := time.Now()
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if err == nil {
-		err = removeIfExists(path)
-	}
-	if err == nil {
-		err = fsutil.SyncDir(filepath.Dir(path))
-	}
 	var built *BuiltIndex
+	var size int64
 	if err == nil {
-		built, err = decodeIndexFile(b)
+		built, size, err = readIndexFile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if rerr := removeIfExists(path); rerr != nil {
+			err = errors.Join(err, rerr)
+		} else if serr := fsutil.SyncDir(filepath.Dir(path)); serr != nil {
+			err = errors.Join(err, serr)
+		}
 	}
 	if err != nil {
 		lg.Warn("index file not used; rebuilding the index", zap.String("path", path), zap.Error(err))
 		return nil
 	}
-	lg.Info("read index file", zap.String("path", path), zap.Int("bytes", len(b)),
+	lg.Info("read index file", zap.String("path", path), zap.Int64("bytes", size),
 		zap.Int("keys", built.idx.Len()), zap.Duration("took", time.Since(start)))
 	return built
 }
 
-func decodeIndexFile(b []byte) (*BuiltIndex, error) {
-	if len(b) < len(indexFileMagic)+4 || !bytes.HasPrefix(b, []byte(indexFileMagic)) {
-		return nil, errors.New("not an index file")
+// readIndexFile decodes f as it reads it, checking the checksum at the end.
+func readIndexFile(f *os.File) (*BuiltIndex, int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
 	}
-	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, crcTable) != sum {
-		return nil, errors.New("checksum mismatch")
+	size := st.Size()
+	if size < int64(len(indexFileMagic))+4 {
+		return nil, size, errors.New("not an index file")
 	}
-	r := body[len(indexFileMagic):]
+	crc := crc32.New(crcTable)
+	r := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, size-4), crc), 256<<10)
+	magic := make([]byte, len(indexFileMagic))
+	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != indexFileMagic {
+		return nil, size, errors.New("not an index file")
+	}
 	var m indexMeta
 	for _, u := range []*uint64{&m.consistentIndex, &m.consistentTerm} {
-		v, n := binary.Uvarint(r)
-		if n <= 0 {
-			return nil, errors.New("damaged header")
+		if *u, err = binary.ReadUvarint(r); err != nil {
+			return nil, size, fmt.Errorf("damaged header: %w", err)
 		}
-		*u, r = v, r[n:]
 	}
 	for _, i := range []*int64{&m.finished, &m.scheduled, &m.current} {
-		v, n := binary.Varint(r)
-		if n <= 0 {
-			return nil, errors.New("damaged header")
+		if *i, err = binary.ReadVarint(r); err != nil {
+			return nil, size, fmt.Errorf("damaged header: %w", err)
 		}
-		*i, r = v, r[n:]
 	}
-	idx, err := index.Decode(r)
+	idx, err := index.DecodeFrom(r, size)
 	if err != nil {
-		return nil, err
+		return nil, size, err
 	}
-	return &BuiltIndex{idx: idx, current: m.current, written: &m}, nil
+	if _, err := r.ReadByte(); err != io.EOF {
+		return nil, size, errors.New("bytes after the index")
+	}
+	var sum [4]byte
+	if _, err := io.ReadFull(f, sum[:]); err != nil {
+		return nil, size, fmt.Errorf("read checksum: %w", err)
+	}
+	if binary.BigEndian.Uint32(sum[:]) != crc.Sum32() {
+		return nil, size, errors.New("checksum mismatch")
+	}
+	return &BuiltIndex{idx: idx, current: m.current, written: &m}, size, nil
 }
 
 // mismatch says how the backend's meta differs from what the index file

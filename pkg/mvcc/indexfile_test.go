@@ -131,6 +131,15 @@ func TestIndexFileNotUsed(t *testing.T) {
 			}
 		}},
 		{"truncated", func(t *testing.T, ts *testStore, file string) {
+			st, err := os.Stat(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(file, st.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"cut to a few bytes", func(t *testing.T, ts *testStore, file string) {
 			if err := os.Truncate(file, 10); err != nil {
 				t.Fatal(err)
 			}
