@@ -11,7 +11,8 @@ import (
 	"unsafe"
 )
 
-// The encoded index is the key count, then every key in key order: its
+// The encoded index is the key count, then every key, the greatest first
+// (see DecodeFrom): its
 // length and bytes, then either the compact form (form byte 0: modified,
 // created, version) or its generations (form byte 1: their count, and per
 // generation its version, created revision and revisions). Revisions are a
@@ -38,7 +39,7 @@ func (ti *Index) Encode(w io.Writer) error {
 	defer ti.mu.RUnlock()
 	b := binary.AppendUvarint(make([]byte, 0, 64<<10), uint64(ti.tree.Len()))
 	var err error
-	ti.tree.Ascend(func(ki *keyIndex) bool {
+	ti.tree.Descend(func(ki *keyIndex) bool {
 		b = appendKey(b, ki)
 		if len(b) >= 48<<10 {
 			_, err = w.Write(b)
@@ -214,22 +215,54 @@ func Decode(b []byte) (*Index, error) {
 	return ti, err
 }
 
+// decodeChunk is how many key indexes the reader hands the inserter at a
+// time.
+const decodeChunk = 1024
+
 // DecodeFrom reads an index Encode wrote from r, which holds at most size
 // bytes, checking every key index's invariants and the key order: damaged
 // input gives an error, never an index that differs from the one encoded.
 // It stops at the encoding's end.
+//
+// Reading runs on the caller's goroutine and inserting into the tree on
+// another, as the rebuild does (mvcc.IndexBuilder). The keys come greatest
+// first: a node that splits then keeps growing on its left, and the nodes
+// split off to its right are left full in slices their size, where keys in
+// ascending order leave every finished node half of a slice grown for twice
+// its items (as a rebuild after a sequential fill does).
 func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	d := &decoder{r: r, left: size}
 	ti := New()
 	n := d.count(4) // key length, form and two revisions at least
-	kis := make([]*keyIndex, 0, n)
+	chunks := make(chan []*keyIndex, 4)
+	inserted := make(chan struct{})
+	go func() {
+		defer close(inserted)
+		for chunk := range chunks {
+			for _, ki := range chunk {
+				ti.tree.ReplaceOrInsert(ki)
+			}
+		}
+	}()
+	err := decodeKeys(d, n, ti, chunks)
+	close(chunks)
+	<-inserted
+	if err != nil {
+		return nil, err
+	}
+	return ti, nil
+}
+
+// decodeKeys reads n key indexes and sends them to chunks in order.
+func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
+	chunk := make([]*keyIndex, 0, decodeChunk)
 	var prev string
 	for i := 0; i < n && d.err == nil; i++ {
 		key := d.key(d.count(1))
 		if d.err != nil {
 			break
 		}
-		if i > 0 && key <= prev {
+		if i > 0 && key >= prev {
 			d.fail("key order", nil)
 			break
 		}
@@ -280,7 +313,7 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 			break
 		}
 		if err := ki.check(); err != nil {
-			return nil, fmt.Errorf("%w: %v", errEncoded, err)
+			return fmt.Errorf("%w: %v", errEncoded, err)
 		}
 		if ki.isEmpty() {
 			d.fail("empty key", nil)
@@ -289,17 +322,15 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 		if ki.isLive() {
 			ti.live.Add(1)
 		}
-		kis = append(kis, ki)
+		chunk = append(chunk, ki)
+		if len(chunk) == decodeChunk {
+			chunks <- chunk
+			chunk = make([]*keyIndex, 0, decodeChunk)
+		}
 	}
 	if d.err != nil {
-		return nil, d.err
+		return d.err
 	}
-	// Last key first: a node that splits keeps growing on its left, so the
-	// nodes split off to the right are left full, in slices of their size.
-	// In ascending order every finished node would keep half of a slice
-	// grown for twice its items.
-	for i := len(kis) - 1; i >= 0; i-- {
-		ti.tree.ReplaceOrInsert(kis[i])
-	}
-	return ti, nil
+	chunks <- chunk
+	return nil
 }
