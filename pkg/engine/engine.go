@@ -74,6 +74,10 @@ func Open(c *config.Config, name, dir string, lg *zap.Logger) (backend.Backend, 
 // config.BadgerMinMemTableSize.
 const badgerMaxUpdateBytes = 8 << 20
 
+// IndexFile is where the store keeps the key index between a clean stop
+// and the next start for the backend in dir (mvcc.Options.IndexFile).
+func IndexFile(dir string) string { return dir + ".index" }
+
 // Present lists the engines that have a backend directory under snapDir
 // (<data-dir>/member/snap), in Names order.
 func Present(snapDir string) ([]string, error) {

@@ -290,6 +290,8 @@ func Run(o Options) (res *Result, err error) {
 	}
 	if err := removeAll(srcDir + migratedSuffix); err != nil {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("remove the old %s backend %s: %v (kvd removes it at its next start)", from, srcDir+migratedSuffix, err))
+	} else if err := removeIndexFiles(snap, nil); err != nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%v (kvd removes it at its next start)", err))
 	} else if err := fsutil.SyncDir(snap); err != nil {
 		res.Warnings = append(res.Warnings, err.Error())
 	}

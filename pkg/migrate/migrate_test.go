@@ -292,6 +292,13 @@ func TestLeftoversCleaned(t *testing.T) {
 	writeData(t, c, "bolt", 40)
 	want := contents(t, c, "bolt")
 	snap := c.SnapDir()
+	// Index files left by clean stops: bolt's describes the backend the
+	// migrate replaces, badger's none at all.
+	for _, f := range []string{"bolt.index", "badger.index"} {
+		if err := os.WriteFile(filepath.Join(snap, f), []byte("index"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A partial copy of an earlier migrate, and one into the other engine.
 	for _, d := range []string{"badger" + tempSuffix, "bolt" + tempSuffix} {
 		if err := os.MkdirAll(filepath.Join(snap, d, "sub"), 0o700); err != nil {
@@ -334,11 +341,28 @@ func TestRecover(t *testing.T) {
 		{"crash after the switch", []string{"badger", "bolt.migrated"}, []string{"badger"}, map[string]string{"badger": "badger"}},
 		{"the other way", []string{"badger.migrated", "bolt.migrate"}, []string{"badger"}, map[string]string{"badger": "badger.migrated"}},
 		{"no snap dir", nil, nil, nil},
+		// Index files: the live engine's is kept for the store to check, the
+		// other engine's has no backend to describe.
+		{"index files", []string{"badger", "badger.index", "bolt.index"}, []string{"badger", "badger.index"}, nil},
+		{"index file, crash after the switch", []string{"badger", "bolt.migrated", "bolt.index"}, []string{"badger"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := filepath.Join(t.TempDir(), "snap")
-			if tc.before != nil {
-				mk(t, snap, tc.before...)
+			var dirs []string
+			for _, d := range tc.before {
+				if strings.HasSuffix(d, ".index") {
+					if err := os.MkdirAll(snap, 0o700); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(snap, d), []byte("index"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				dirs = append(dirs, d)
+			}
+			if dirs != nil {
+				mk(t, snap, dirs...)
 			}
 			for range 2 { // idempotent
 				if err := Recover(snap, zap.NewNop()); err != nil {

@@ -3,8 +3,10 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -104,8 +106,28 @@ func Recover(snapDir string, lg *zap.Logger) error {
 			return fmt.Errorf("recover interrupted migrate: remove %s: %w", tmp, err)
 		}
 	}
+	if err := removeIndexFiles(snapDir, live); err != nil {
+		return fmt.Errorf("recover interrupted migrate: %w", err)
+	}
 	if changed {
 		return fsutil.SyncDir(snapDir)
+	}
+	return nil
+}
+
+// removeIndexFiles removes the index file (engine.IndexFile) of every
+// engine in snapDir but live's: one left beside a backend that is gone, or
+// beside the backend a migrate just wrote, describes no backend there is
+// (a live engine's own is the store's to check at its start).
+func removeIndexFiles(snapDir string, live []string) error {
+	for _, n := range engine.Names {
+		if slices.Contains(live, n) {
+			continue
+		}
+		path := engine.IndexFile(filepath.Join(snapDir, n))
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
 	}
 	return nil
 }

@@ -160,7 +160,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk earlyM
 		// startActors runs it in the actor group: a failed compaction stops
 		// the member.
 		ExternalCompactor: true,
-		IndexFile:         c.BackendDir() + ".index",
+		IndexFile:         engine.IndexFile(c.BackendDir()),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open mvcc store: %w", err), be.Close())
