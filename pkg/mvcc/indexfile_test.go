@@ -32,6 +32,19 @@ func (a indexState) differs(b indexState) string {
 	return ""
 }
 
+// rebuiltThenTaken opens the closed store twice: without the index file
+// (a rebuild, leaving the file where it is), then with it, and returns the
+// state of each open. The store stays open after the second.
+func (ts *testStore) rebuiltThenTaken(file string) (rebuilt, taken indexState) {
+	ts.cfg.indexFile = ""
+	ts.open()
+	rebuilt = ts.indexState()
+	ts.close()
+	ts.cfg.indexFile = file
+	ts.open()
+	return rebuilt, ts.indexState()
+}
+
 // randomWrites applies n transactions of one to three puts and deletes
 // over 30 keys, some of them deleting ranges, and compacts now and then.
 func (ts *testStore) randomWrites(rng *rand.Rand, n int) {
@@ -80,14 +93,7 @@ func testIndexFileRounds(t *testing.T, e engine, seed uint64) {
 		if _, err := os.Stat(file); err != nil {
 			t.Fatalf("round %d: no index file after a clean close: %v", round, err)
 		}
-		// The same backend, rebuilt (this open does not take the file).
-		ts.cfg.indexFile = ""
-		ts.open()
-		rebuilt := ts.indexState()
-		ts.close()
-		ts.cfg.indexFile = file
-		ts.open()
-		loaded := ts.indexState()
+		rebuilt, loaded := ts.rebuiltThenTaken(file)
 		if !loaded.fromFile || rebuilt.fromFile {
 			t.Fatalf("round %d: index from the file: %v, in the rebuild: %v", round, loaded.fromFile, rebuilt.fromFile)
 		}
@@ -152,13 +158,7 @@ func TestIndexFileNotUsed(t *testing.T) {
 				ts.randomWrites(rand.New(rand.NewPCG(1, 1)), 100)
 				ts.close()
 				tc.spoil(t, ts, file)
-				ts.cfg.indexFile = ""
-				ts.open()
-				rebuilt := ts.indexState()
-				ts.close()
-				ts.cfg.indexFile = file
-				ts.open()
-				got := ts.indexState()
+				rebuilt, got := ts.rebuiltThenTaken(file)
 				if got.fromFile {
 					t.Fatal("the index came from the file")
 				}
