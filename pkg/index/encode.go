@@ -12,12 +12,11 @@ import (
 )
 
 // The encoded index is the key count, then every key, the greatest first
-// (see DecodeFrom): its
-// length and bytes, then either the compact form (form byte 0: modified,
-// created, version) or its generations (form byte 1: their count, and per
-// generation its version, created revision and revisions). Revisions are a
-// varint main and an unsigned varint sub; a created revision is its main
-// only.
+// (see DecodeFrom): its length and bytes, then either the compact form
+// (form byte 0: modified, created, version) or its generations (form byte
+// 1: their count, and per generation its version, created revision and
+// revisions). Revisions are a varint main and an unsigned varint sub; a
+// created revision is its main only.
 //
 // It holds what a rebuild from the same backend would make, so that
 // loading it stands in for one exactly. Two things a running index holds
@@ -280,7 +279,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 			}
 		case formHist:
 			h := &history{}
-			gens := d.count(4)
+			gens := d.count(3) // version, created, revision count
 			if gens == 0 {
 				d.fail("generation count", nil)
 			}
