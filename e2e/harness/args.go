@@ -1,6 +1,10 @@
 package harness
 
-import "slices"
+import (
+	"bytes"
+	"os"
+	"slices"
+)
 
 // AddArgs appends flags to the member's command line for its next starts
 // (Start, Restart); it must not be running concurrently with them.
@@ -12,3 +16,20 @@ func (p *Process) AddArgs(args ...string) {
 
 // LogContains reports whether any run's stdout or stderr holds s.
 func (p *Process) LogContains(s string) bool { return p.logContains(s) }
+
+// LastRunLogContains reports whether the latest run's stdout or stderr holds
+// s: what this start logged, not an earlier one.
+func (p *Process) LastRunLogContains(s string) bool {
+	p.mu.Lock()
+	var last []string
+	if n := len(p.logs); n >= 2 {
+		last = slices.Clone(p.logs[n-2:])
+	}
+	p.mu.Unlock()
+	for _, f := range last {
+		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
