@@ -1,10 +1,6 @@
 package harness
 
-import (
-	"bytes"
-	"os"
-	"slices"
-)
+import "slices"
 
 // AddArgs appends flags to the member's command line for its next starts
 // (Start, Restart); it must not be running concurrently with them.
@@ -26,10 +22,5 @@ func (p *Process) LastRunLogContains(s string) bool {
 		last = slices.Clone(p.logs[n-2:])
 	}
 	p.mu.Unlock()
-	for _, f := range last {
-		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(s)) {
-			return true
-		}
-	}
-	return false
+	return filesContain(last, s)
 }

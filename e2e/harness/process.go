@@ -504,7 +504,13 @@ func (p *Process) logContains(s string) bool {
 	p.mu.Lock()
 	logs := append([]string(nil), p.logs...)
 	p.mu.Unlock()
-	for _, f := range logs {
+	return filesContain(logs, s)
+}
+
+// filesContain reports whether any of files holds s (an unreadable file
+// holds nothing).
+func filesContain(files []string, s string) bool {
+	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(s)) {
 			return true
 		}
