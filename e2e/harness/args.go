@@ -18,7 +18,7 @@ func (p *Process) LogContains(s string) bool { return p.logContains(s) }
 func (p *Process) LastRunLogContains(s string) bool {
 	p.mu.Lock()
 	var last []string
-	if n := len(p.logs); n >= 2 {
+	if n := len(p.logs); n >= 2 { // each run adds its stdout and stderr (launch)
 		last = slices.Clone(p.logs[n-2:])
 	}
 	p.mu.Unlock()

@@ -288,11 +288,15 @@ func Run(o Options) (res *Result, err error) {
 	if err := step("switched"); err != nil {
 		return nil, err
 	}
+	// Each cleanup is independent; what fails here, the next start's
+	// Recover finishes.
 	if err := removeAll(srcDir + migratedSuffix); err != nil {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("remove the old %s backend %s: %v (kvd removes it at its next start)", from, srcDir+migratedSuffix, err))
-	} else if err := removeIndexFiles(snap, nil); err != nil {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%v (kvd removes it at its next start)", err))
-	} else if err := fsutil.SyncDir(snap); err != nil {
+	}
+	if err := removeIndexFiles(snap, nil); err != nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%v (kvd removes it, or checks it against the backend, at its next start)", err))
+	}
+	if err := fsutil.SyncDir(snap); err != nil {
 		res.Warnings = append(res.Warnings, err.Error())
 	}
 	res.Total = time.Since(start)

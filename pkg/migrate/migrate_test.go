@@ -318,12 +318,18 @@ func TestLeftoversCleaned(t *testing.T) {
 }
 
 func TestRecover(t *testing.T) {
-	mk := func(t *testing.T, snap string, dirs ...string) {
-		for _, d := range dirs {
-			if err := os.MkdirAll(filepath.Join(snap, d), 0o700); err != nil {
+	// mk makes each name in snap: an index file for a ".index" name, else
+	// a directory holding a file that names it.
+	mk := func(t *testing.T, snap string, names ...string) {
+		for _, d := range names {
+			file := filepath.Join(snap, d, "id")
+			if strings.HasSuffix(d, ".index") {
+				file = filepath.Join(snap, d)
+			}
+			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(snap, d, "id"), []byte(d), 0o600); err != nil {
+			if err := os.WriteFile(file, []byte(d), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -348,22 +354,7 @@ func TestRecover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := filepath.Join(t.TempDir(), "snap")
-			var dirs []string
-			for _, d := range tc.before {
-				if strings.HasSuffix(d, ".index") {
-					if err := os.MkdirAll(snap, 0o700); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(filepath.Join(snap, d), []byte("index"), 0o600); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				dirs = append(dirs, d)
-			}
-			if dirs != nil {
-				mk(t, snap, dirs...)
-			}
+			mk(t, snap, tc.before...)
 			for range 2 { // idempotent
 				if err := Recover(snap, zap.NewNop()); err != nil {
 					t.Fatal(err)
