@@ -298,6 +298,12 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 						g.revs[ri] = d.rev()
 					}
 				}
+				// appendKey writes an ended generation of its tombstone
+				// alone as created at 0, version 1; anything else was not
+				// written by it.
+				if gi < gens-1 && len(g.revs) == 1 && (g.ver != 1 || g.created.Main != 0) && d.err == nil {
+					d.fail("tombstone-only generation", nil)
+				}
 			}
 			ki.hist = h
 			for _, g := range h.generations {
