@@ -607,7 +607,13 @@ func (g *opGen) compare() *pb.Compare {
 		c.RangeEnd = g.rangeEnd(c.Key)
 	}
 	revOperand := func() int64 { return int64(g.intn(int(g.rev + 2))) }
-	switch c.Target {
+	operand := c.Target
+	if g.chance(0.05) {
+		// An operand of another target: both servers then compare with
+		// the zero value of the target's own field.
+		operand = pb.Compare_CompareTarget(g.intn(5))
+	}
+	switch operand {
 	case pb.Compare_VERSION:
 		c.TargetUnion = &pb.Compare_Version{Version: int64(g.intn(5))}
 	case pb.Compare_CREATE:

@@ -11,11 +11,12 @@ import (
 
 // Index maps user keys to their revision history, ordered by key.
 //
-// Concurrency: any number of readers (Get, Range, Revisions, CountRevisions,
-// RangeSince, Keep) may run alongside one writer (Put, Tombstone, Restore)
-// and one compactor (Compact). Writers must add revisions in increasing
-// order per key. The index does not know which revisions are committed:
-// readers that must not see an uncommitted write ask at an atRev below it.
+// Concurrency: any number of readers (Get, Range, Revisions, Versions,
+// CountRevisions, RangeSince, Keep) may run alongside one writer (Put,
+// Tombstone, Restore) and one compactor (Compact). Writers must add
+// revisions in increasing order per key. The index does not know which
+// revisions are committed: readers that must not see an uncommitted write
+// ask at an atRev below it.
 //
 // Range ends follow etcd: a nil or empty end selects the single key, end ==
 // []byte{0} selects every key >= key, otherwise the half-open range [key, end).
@@ -207,6 +208,23 @@ func (ti *Index) Revisions(key, end []byte, atRev int64, limit int) (revs []Revi
 		return true
 	})
 	return revs, total
+}
+
+// Versions calls f, in key order, for each key live at atRev in the range
+// with the revision that created its generation, its newest revision at or
+// before atRev and its version there, until f returns false: a Range's
+// create revision, mod revision and version without reading a value. f must
+// not call into the index.
+func (ti *Index) Versions(key, end []byte, atRev int64, f func(created, modified Revision, ver int64) bool) {
+	ti.mu.RLock()
+	defer ti.mu.RUnlock()
+	ti.visit(key, end, func(ki *keyIndex) bool {
+		modified, created, ver, err := ki.get(atRev)
+		if err != nil {
+			return true
+		}
+		return f(created, modified, ver)
+	})
 }
 
 // CountRevisions returns the number of keys live at atRev in the range.

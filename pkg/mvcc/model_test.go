@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvd-dev/kvd/pkg/index"
 )
 
 // model is the store's semantics written the obvious way: a map of live keys
@@ -125,10 +127,15 @@ func runBatch(t *testing.T, ts *testStore, m *model, rng *rand.Rand, ci uint64) 
 					tw.Put([]byte(o.key), []byte(o.value), o.lease)
 				}
 			}
+			checkVersions(t, tw, all, all)
+			for _, o := range ops {
+				checkVersions(t, tw, []byte(o.key), o.endBytes())
+			}
 			wrote := m.applyTxn(ops)
 			if (len(tw.Events()) > 0) != wrote || tw.Rev() != m.rev {
 				t.Fatalf("txn %v: wrote %v rev %d, model wrote %v rev %d", ops, len(tw.Events()) > 0, tw.Rev(), wrote, m.rev)
 			}
+			checkVersions(t, tw, all, all)
 			tw.End()
 		}
 		b.SetConsistentIndex(ci, 3)
@@ -143,6 +150,9 @@ func checkAgainstModel(t *testing.T, ts *testStore, m *model, rng *rand.Rand) {
 		t.Fatalf("store rev %d, model rev %d", ts.Rev(), m.rev)
 	}
 	c := ts.CompactRev()
+	view := ts.Read()
+	checkVersions(t, view, all, all)
+	view.End()
 	for r := int64(1); r <= m.rev; r++ {
 		got, _, err := ts.rangeAt(all, all, RangeOptions{Rev: r})
 		if r < c {
@@ -156,6 +166,9 @@ func checkAgainstModel(t *testing.T, ts *testStore, m *model, rng *rand.Rand) {
 		}
 		if want := m.hist[r]; !eqKVs(got, want) {
 			t.Fatalf("range all at %d (compacted at %d):\n got %v\nwant %v", r, c, got, want)
+		}
+		if got, want := indexVersions(ts.idx, all, all, r), versionsOf(m.hist[r]); !slices.Equal(got, want) {
+			t.Fatalf("index versions at %d (compacted at %d):\n got %v\nwant %v", r, c, got, want)
 		}
 		k1, k2 := modelKeys[rng.IntN(len(modelKeys))], modelKeys[rng.IntN(len(modelKeys))]
 		limit := rng.IntN(3)
@@ -178,6 +191,53 @@ func checkAgainstModel(t *testing.T, ts *testStore, m *model, rng *rand.Rand) {
 			t.Fatalf("range %q-%q at %d limit %d = %v count %d rev %d %v, want %v count %d rev %d",
 				o.key, o.end, r, limit, got, res.Count, res.Rev, err, want, count, m.rev)
 		}
+	}
+}
+
+// version is what Versions reports of one key.
+type version struct{ created, modified, version int64 }
+
+func versionsOf(kvs []kv) []version {
+	var out []version
+	for _, v := range kvs {
+		out = append(out, version{v.Create, v.Mod, v.Version})
+	}
+	return out
+}
+
+func collectVersions(visit func(f func(created, modified, ver int64) bool)) []version {
+	var out []version
+	visit(func(created, modified, ver int64) bool {
+		out = append(out, version{created, modified, ver})
+		return true
+	})
+	return out
+}
+
+// indexVersions is Versions at any revision, straight from the index.
+func indexVersions(idx *index.Index, key, end []byte, rev int64) []version {
+	return collectVersions(func(f func(created, modified, ver int64) bool) {
+		versions(idx, key, end, rev, f)
+	})
+}
+
+// checkVersions expects r's Versions to report the fields of r's Range, and
+// to stop when told to.
+func checkVersions(t *testing.T, r Reader, key, end []byte) {
+	t.Helper()
+	res, err := r.Range(key, end, RangeOptions{})
+	if err != nil {
+		t.Fatalf("range %q-%q: %v", key, end, err)
+	}
+	want := versionsOf(toKVs(res))
+	got := collectVersions(func(f func(created, modified, ver int64) bool) { r.Versions(key, end, f) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("versions %q-%q at %d:\n got %v\nwant %v", key, end, r.Rev(), got, want)
+	}
+	n := 0
+	r.Versions(key, end, func(int64, int64, int64) bool { n++; return false })
+	if n != min(len(want), 1) {
+		t.Fatalf("versions %q-%q went on after f returned false: %d calls", key, end, n)
 	}
 }
 

@@ -41,6 +41,12 @@ type RangeResult struct {
 // exactly the compaction revision is allowed, as in etcd.
 type Reader interface {
 	Range(key, end []byte, ro RangeOptions) (*RangeResult, error)
+	// Versions calls f, in key order, for each key live at Rev() in the
+	// range with the create revision, mod revision and version a Range would
+	// return for it, until f returns false. It reads the index alone, no
+	// value: a txn's compare of those fields needs no more. It counts as a
+	// range in the store's counters, as etcd counts a compare.
+	Versions(key, end []byte, f func(created, modified, version int64) bool)
 	Rev() int64
 }
 
@@ -88,6 +94,22 @@ func (t *ReadTxn) Range(key, end []byte, ro RangeOptions) (*RangeResult, error) 
 	}
 	t.n.ranges++
 	return rangeKeys(t.s.idx, t, key, end, t.rev, t.compactRev, ro)
+}
+
+// Versions implements Reader.
+func (t *ReadTxn) Versions(key, end []byte, f func(created, modified, version int64) bool) {
+	if t.ended {
+		panic("mvcc: Versions on an ended read view")
+	}
+	t.n.ranges++
+	versions(t.s.idx, key, end, t.rev, f)
+}
+
+// versions is Versions over idx at rev.
+func versions(idx *index.Index, key, end []byte, rev int64, f func(created, modified, version int64) bool) {
+	idx.Versions(key, end, rev, func(created, modified index.Revision, ver int64) bool {
+		return f(created.Main, modified.Main, ver)
+	})
 }
 
 func (t *ReadTxn) getRev(rev index.Revision) ([]byte, bool, bool, error) {

@@ -225,6 +225,13 @@ func (t *TxnWrite) Range(key, end []byte, ro RangeOptions) (*RangeResult, error)
 	return rangeKeys(t.b.s.idx, t.b, key, end, t.Rev(), t.b.compactRev, ro)
 }
 
+// Versions implements Reader.
+func (t *TxnWrite) Versions(key, end []byte, f func(created, modified, version int64) bool) {
+	t.check()
+	t.n.ranges++
+	versions(t.b.s.idx, key, end, t.Rev(), f)
+}
+
 // Put writes key = value, attached to lease (0: none), at the transaction's
 // revision (begin revision + 1; a second write in the same transaction gets
 // the next sub revision) and returns that main revision. The version is
