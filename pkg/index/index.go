@@ -171,17 +171,26 @@ func (ti *Index) visit(key, end []byte, f func(ki *keyIndex) bool) {
 	})
 }
 
+// visitLive is visit of the keys live at atRev, with what ki.get says of
+// each: its newest revision at or before atRev, its generation's create
+// revision and its version there.
+func (ti *Index) visitLive(key, end []byte, atRev int64, f func(ki *keyIndex, modified, created Revision, ver int64) bool) {
+	ti.visit(key, end, func(ki *keyIndex) bool {
+		modified, created, ver, err := ki.get(atRev)
+		if err != nil {
+			return true
+		}
+		return f(ki, modified, created, ver)
+	})
+}
+
 // Range returns, in key order, the keys live at atRev in the range and their
 // newest revisions at or before atRev, at most limit of them (limit <= 0: no
 // limit). total counts every live key in the range, ignoring limit.
 func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, revs []Revision, total int) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.visit(key, end, func(ki *keyIndex) bool {
-		rev, _, _, err := ki.get(atRev)
-		if err != nil {
-			return true
-		}
+	ti.visitLive(key, end, atRev, func(ki *keyIndex, rev, _ Revision, _ int64) bool {
 		if limit <= 0 || len(revs) < limit {
 			keys = append(keys, []byte(ki.keyString()))
 			revs = append(revs, rev)
@@ -196,11 +205,7 @@ func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, 
 func (ti *Index) Revisions(key, end []byte, atRev int64, limit int) (revs []Revision, total int) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.visit(key, end, func(ki *keyIndex) bool {
-		rev, _, _, err := ki.get(atRev)
-		if err != nil {
-			return true
-		}
+	ti.visitLive(key, end, atRev, func(_ *keyIndex, rev, _ Revision, _ int64) bool {
 		if limit <= 0 || len(revs) < limit {
 			revs = append(revs, rev)
 		}
@@ -218,11 +223,7 @@ func (ti *Index) Revisions(key, end []byte, atRev int64, limit int) (revs []Revi
 func (ti *Index) Versions(key, end []byte, atRev int64, f func(created, modified Revision, ver int64) bool) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.visit(key, end, func(ki *keyIndex) bool {
-		modified, created, ver, err := ki.get(atRev)
-		if err != nil {
-			return true
-		}
+	ti.visitLive(key, end, atRev, func(_ *keyIndex, modified, created Revision, ver int64) bool {
 		return f(created, modified, ver)
 	})
 }
@@ -232,10 +233,8 @@ func (ti *Index) CountRevisions(key, end []byte, atRev int64) int {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
 	total := 0
-	ti.visit(key, end, func(ki *keyIndex) bool {
-		if _, _, _, err := ki.get(atRev); err == nil {
-			total++
-		}
+	ti.visitLive(key, end, atRev, func(*keyIndex, Revision, Revision, int64) bool {
+		total++
 		return true
 	})
 	return total
