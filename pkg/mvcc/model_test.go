@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -263,11 +264,12 @@ func (m *model) histKey(rev int64, key string) (kv, bool) {
 }
 
 // TestModel runs random batches and compactions, checking every revision
-// against the model (time travel), the physical compaction, and a reopen.
+// against the model (time travel), the physical compaction, and a reopen
+// (from the index file, or with the index rebuilt from the backend).
 func TestModel(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engine) {
 		rng := rand.New(rand.NewPCG(7, 11))
-		ts := newTestStoreConfig(t, e, config{compactBatchLimit: 3})
+		ts := newTestStoreConfig(t, e, config{compactBatchLimit: 3, indexFile: filepath.Join(t.TempDir(), "index")})
 		m := newModel()
 		ci := uint64(0)
 		for round := range 6 {
@@ -291,7 +293,20 @@ func TestModel(t *testing.T) {
 				}
 				checkAgainstModel(t, ts, m, rng)
 			}
-			ts.reopen()
+			if round%3 == 2 {
+				// Everything committed, then a stop that leaves no index
+				// file: the index is rebuilt from the backend.
+				if err := ts.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				ts.crash()
+				ts.open()
+			} else {
+				ts.reopen()
+			}
+			if want := round%3 != 2; ts.indexFromFile != want {
+				t.Fatalf("round %d: index from the file %v, want %v", round, ts.indexFromFile, want)
+			}
 			if ts.ConsistentIndex() != ci || ts.ConsistentTerm() != 3 {
 				t.Fatalf("reopened consistent index %d term %d, want %d 3", ts.ConsistentIndex(), ts.ConsistentTerm(), ci)
 			}
