@@ -40,28 +40,14 @@ func Compare(r mvcc.Reader, c *pb.Compare) bool {
 // revision, version): no value is read, which on Badger was a tenth of a
 // compare-and-put txn's CPU.
 func compareVersions(r mvcc.Reader, c *pb.Compare) bool {
-	want := c.GetVersion()
-	switch c.Target {
-	case pb.Compare_CREATE:
-		want = c.GetCreateRevision()
-	case pb.Compare_MOD:
-		want = c.GetModRevision()
-	}
 	ok, found := true, false
 	r.Versions(c.Key, RangeEnd(c.RangeEnd), func(created, modified, version int64) bool {
 		found = true
-		got := version
-		switch c.Target {
-		case pb.Compare_CREATE:
-			got = created
-		case pb.Compare_MOD:
-			got = modified
-		}
-		ok = compareResult(c, cmpInt(got, want))
+		ok = compareKV(c, &mvccpb.KeyValue{CreateRevision: created, ModRevision: modified, Version: version})
 		return ok
 	})
 	if !found {
-		return compareResult(c, cmpInt(0, want))
+		return compareKV(c, &mvccpb.KeyValue{})
 	}
 	return ok
 }
@@ -80,12 +66,6 @@ func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
 	case pb.Compare_LEASE:
 		result = cmpInt(kv.Lease, c.GetLease())
 	}
-	return compareResult(c, result)
-}
-
-// compareResult applies c's relation to result, the sign of the compared
-// field minus c's operand.
-func compareResult(c *pb.Compare, result int) bool {
 	switch c.Result {
 	case pb.Compare_EQUAL:
 		return result == 0
