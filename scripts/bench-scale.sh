@@ -51,6 +51,14 @@ usage: scripts/bench-scale.sh [options]
       --json FILE      also write the results as JSON (schema
                        "kvd-bench-scale/1") to FILE
       --keep-logs DIR  copy the server logs to DIR
+      --diag DIR       for each put and range load, write to DIR what the
+                       member did in its window: /proc/PID/io, the
+                       machine's /proc/stat and /proc/diskstats and the
+                       server's /metrics before and after, and for kvd a
+                       CPU profile of the window (kvd runs with
+                       --enable-pprof and --log-level debug, which logs
+                       Badger's flushes, compactions and stalls: use
+                       --keep-logs too)
   -h, --help
 
 Binaries: kvd is built from ./cmd/kvd and etcd from e2e/cmd/etcd into bin/,
@@ -74,6 +82,7 @@ step_timeout=1800
 out=""
 json_out=""
 keep_logs=""
+diag=""
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -89,6 +98,7 @@ while [ $# -gt 0 ]; do
 	-o | --out) out=$2; shift 2 ;;
 	--json) json_out=$2; shift 2 ;;
 	--keep-logs) keep_logs=$2; shift 2 ;;
+	--diag) diag=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "bench-scale.sh: unknown option $1" >&2; usage >&2; exit 1 ;;
 	esac
@@ -98,6 +108,11 @@ for v in rounds clients fill_clients port step_timeout; do
 	'' | *[!0-9]* | 0) echo "bench-scale.sh: $v must be a positive integer, got '${!v}'" >&2; exit 1 ;;
 	esac
 done
+if [ -n "$diag" ]; then
+	[[ $duration =~ ^[0-9]+s$ && $warmup =~ ^[0-9]+s$ ]] ||
+		{ echo "bench-scale.sh: --diag wants --duration and --warmup in whole seconds (e.g. 10s)" >&2; exit 1; }
+	mkdir -p "$diag"
+fi
 read -ra server_list <<<"$servers"
 read -ra size_list <<<"$sizes"
 [ ${#server_list[@]} -gt 0 ] || { echo "bench-scale.sh: no servers" >&2; exit 1; }
@@ -227,6 +242,7 @@ launch() {
 	kvd-bolt) args+=(--backend bolt) ;;
 	kvd-badger) args+=(--backend badger) ;;
 	esac
+	[ -z "$diag" ] || [ "$s" = etcd ] || args+=(--enable-pprof --log-level debug)
 	"$bin" "${args[@]}" >>"$8" 2>&1 &
 	launched=$!
 }
@@ -267,13 +283,42 @@ fail_step() {
 	[ -n "${curfail[$1]:-}" ] || curfail[$1]=$2
 }
 
+# diag_snap FILE: member 1's I/O counters (its write_bytes counts far more
+# than reaches the disk: the disks' own counters follow), the machine's CPU
+# and disks, and the member's metrics.
+diag_snap() {
+	{
+		echo "# $(now)"
+		cat "/proc/$pid1/io" 2>/dev/null || true
+		head -1 /proc/stat
+		awk '$3 !~ /^(loop|ram|zram)/ { print "diskstats", $0 }' /proc/diskstats
+		grep -E '^(ctxt|procs_running|procs_blocked) ' /proc/stat || true
+		awk '{ print "server_utime_stime_ticks", $14, $15 }' "/proc/$pid1/stat" 2>/dev/null || true
+	} >"$1.proc"
+	curl -fsS --max-time 5 "$ep1/metrics" >"$1.metrics" 2>/dev/null || true
+}
+
 # load_run NAME ARGS...: one measured load on member 1; sets cur[NAME_rps]
 # and cur[NAME_p99_ms] or fails the step.
 load_run() {
-	local name=$1 json rc=0
+	local name=$1 json rc=0 d="" ppid=""
 	shift
+	if [ -n "$diag" ]; then
+		d=$diag/$s.$z.r$r.$name
+		diag_snap "$d.before"
+		if [ "$s" != etcd ]; then
+			curl -fsS --max-time 60 -o "$d.cpu.pb.gz" \
+				"$ep1/debug/pprof/profile?seconds=$(( ${duration%s} + ${warmup%s} ))" 2>/dev/null &
+			ppid=$!
+		fi
+	fi
 	json=$(timeout --foreground --kill-after=5 $((step_timeout)) "$bench" --endpoints "$ep1" --clients "$clients" \
 		--conns "$conns" --duration "$duration" --warmup "$warmup" --request-timeout 60s --json "$@" 2>"$work/run.err") || rc=$?
+	if [ -n "$d" ]; then
+		diag_snap "$d.after"
+		printf '%s\n' "$json" >"$d.json"
+		[ -z "$ppid" ] || wait "$ppid" || true
+	fi
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
 		fail_step "$name" "load tool exit $rc: $(tail -1 "$work/run.err")"
 		return
