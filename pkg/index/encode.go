@@ -161,12 +161,12 @@ func (d *decoder) rev() Revision {
 	return Revision{Main: main, Sub: int64(sub)}
 }
 
-// key reads n bytes as a new string.
-func (d *decoder) key(n int) string {
+// key reads n bytes into keys, as a string.
+func (d *decoder) key(n int, keys *keyArena) string {
 	if d.err != nil {
 		return ""
 	}
-	b := make([]byte, n)
+	b := keys.reserve(n)
 	if _, err := io.ReadFull(d.r, b); err != nil {
 		d.fail("key", err)
 		return ""
@@ -233,6 +233,7 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	d := &decoder{r: r, left: size}
 	ti := New()
 	n := d.count(4) // key length, form and two revisions at least
+	ti.table.reserve(n)
 	chunks := make(chan []*keyIndex, 4)
 	inserted := make(chan struct{})
 	go func() {
@@ -257,7 +258,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 	chunk := make([]*keyIndex, 0, decodeChunk)
 	var prev string
 	for i := 0; i < n && d.err == nil; i++ {
-		key := d.key(d.count(1))
+		key := d.key(d.count(1), &ti.keys)
 		if d.err != nil {
 			break
 		}
@@ -265,7 +266,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 			d.fail("key order", nil)
 			break
 		}
-		ki := newKeyIndex(key)
+		ki := ti.add(ti.table.tagString(key), key)
 		prev = key
 		switch d.byte() {
 		case formCompact:

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 )
@@ -26,43 +27,83 @@ import (
 type Index struct {
 	mu   sync.RWMutex
 	tree *btree.BTreeG[*keyIndex]
+	// slab holds the key indexes the tree points to, keys their keys, and
+	// table finds them by key; all three change under mu held exclusively.
+	slab  slab
+	keys  keyArena
+	table keyTable
 	// live counts the keys whose last generation is not ended: put and
 	// not deleted since. Written under mu; Live reads it without.
 	live atomic.Int64
-	// pivot is the search item of writers, who hold mu exclusively: a
-	// lookup's item escapes to the heap (the tree's less function is a
-	// closure), and the write path should not allocate one per Put.
-	pivot keyIndex
 }
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{tree: btree.NewG(32, func(a, b *keyIndex) bool {
-		return a.keyString() < b.keyString()
-	})}
+	return &Index{
+		tree: btree.NewG(32, func(a, b *keyIndex) bool {
+			return a.keyString() < b.keyString()
+		}),
+		table: newKeyTable(),
+	}
 }
 
 // isFromKey reports whether end means "every key from key on".
 func isFromKey(end []byte) bool { return len(end) == 1 && end[0] == 0 }
 
-func (ti *Index) lookup(key []byte) *keyIndex {
-	pivot := pivotFor(key)
-	ki, ok := ti.tree.Get(&pivot)
-	if !ok {
-		return nil
-	}
+// lookup returns key's key index, or nil, and its tag in the key table.
+// The caller holds mu.
+func (ti *Index) lookup(key []byte) (uint32, *keyIndex) {
+	tag := ti.table.tag(key)
+	_, ki := ti.table.find(tag, key, &ti.slab)
+	return tag, ki
+}
+
+// add makes the key index of key, which the key arena holds, under tag, and
+// adds it to the table; the caller sets its history and then inserts it
+// into the tree. The caller holds mu exclusively.
+func (ti *Index) add(tag uint32, key string) *keyIndex {
+	id, ki := ti.slab.alloc()
+	ki.setKey(key)
+	ti.table.insert(tag, id)
 	return ki
 }
 
-// lookupLocked is lookup for a caller holding mu exclusively.
-func (ti *Index) lookupLocked(key []byte) *keyIndex {
-	ti.pivot = pivotFor(key)
-	ki, ok := ti.tree.Get(&ti.pivot)
-	ti.pivot = keyIndex{}
-	if !ok {
-		return nil
+// remove drops key index ki, which has no revisions left, from the tree,
+// the table and the slab. The caller holds mu exclusively.
+func (ti *Index) remove(ki *keyIndex) {
+	ti.tree.Delete(ki)
+	key := unsafe.Slice(ki.keyData, ki.keyLen)
+	tag := ti.table.tag(key)
+	id, found := ti.table.find(tag, key, &ti.slab)
+	if found != ki {
+		panic(fmt.Sprintf("index: removing %q: not in the key table", key))
 	}
-	return ki
+	ti.table.remove(tag, id)
+	ti.keys.release(len(key))
+	ti.slab.release(id)
+	if ti.keys.wantsRewrite() {
+		ti.rewriteKeys()
+	}
+}
+
+// rewriteKeys copies the keys in use to a fresh arena, leaving the old
+// chunks to the collector: Compact pays it under the write lock, a pass over
+// the slab, once the keys it removed outweigh those left. The tree's order
+// and the table's tags depend on the keys' bytes only, which do not change.
+func (ti *Index) rewriteKeys() {
+	var fresh keyArena
+	for _, chunk := range ti.slab.chunks {
+		for i := range chunk {
+			ki := &chunk[i]
+			if ki.keyLen == 0 || ki.keyLen > arenaMaxKey {
+				continue // unused, empty, or a key of its own
+			}
+			b := fresh.reserve(int(ki.keyLen))
+			copy(b, ki.keyString())
+			ki.keyData = unsafe.SliceData(b)
+		}
+	}
+	ti.keys = fresh
 }
 
 // Put records a put of key at rev. rev must be greater than every revision
@@ -72,9 +113,9 @@ func (ti *Index) lookupLocked(key []byte) *keyIndex {
 func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	ki := ti.lookupLocked(key)
+	tag, ki := ti.lookup(key)
 	if ki == nil {
-		ki = newKeyIndex(string(key))
+		ki = ti.add(tag, ti.keys.copy(key))
 		ti.tree.ReplaceOrInsert(ki)
 	}
 	if !ki.isLive() {
@@ -89,7 +130,7 @@ func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 func (ti *Index) Tombstone(key []byte, rev Revision) error {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	ki := ti.lookupLocked(key)
+	_, ki := ti.lookup(key)
 	if ki == nil {
 		return ErrRevisionNotFound
 	}
@@ -107,14 +148,15 @@ func (ti *Index) Tombstone(key []byte, rev Revision) error {
 func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	if ki := ti.lookupLocked(key); ki != nil {
+	tag, ki := ti.lookup(key)
+	if ki != nil {
 		if !ki.isLive() {
 			ti.live.Add(1)
 		}
 		ki.put(modified)
 		return
 	}
-	ki := newKeyIndex(string(key))
+	ki = ti.add(tag, ti.keys.copy(key))
 	ki.restore(created, modified, ver)
 	ti.tree.ReplaceOrInsert(ki)
 	ti.live.Add(1)
@@ -127,14 +169,15 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	if ki := ti.lookupLocked(key); ki != nil {
+	tag, ki := ti.lookup(key)
+	if ki != nil {
 		// ErrRevisionNotFound: already deleted; nothing to end.
 		if ki.tombstone(rev) == nil {
 			ti.live.Add(-1)
 		}
 		return
 	}
-	ki := newKeyIndex(string(key))
+	ki = ti.add(tag, ti.keys.copy(key))
 	ki.restoreTombstone(rev)
 	ti.tree.ReplaceOrInsert(ki)
 }
@@ -145,7 +188,7 @@ func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 func (ti *Index) Get(key []byte, atRev int64) (modified, created Revision, ver int64, err error) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ki := ti.lookup(key)
+	_, ki := ti.lookup(key)
 	if ki == nil {
 		return Revision{}, Revision{}, 0, ErrRevisionNotFound
 	}
@@ -156,7 +199,7 @@ func (ti *Index) Get(key []byte, atRev int64) (modified, created Revision, ver i
 // returns false. The caller holds mu.
 func (ti *Index) visit(key, end []byte, f func(ki *keyIndex) bool) {
 	if len(end) == 0 {
-		if ki := ti.lookup(key); ki != nil {
+		if _, ki := ti.lookup(key); ki != nil {
 			f(ki)
 		}
 		return
@@ -264,6 +307,8 @@ func (ti *Index) RangeSince(key, end []byte, rev int64) []Revision {
 //
 // Compact holds the write lock per key, not for the whole walk, so it can run
 // beside readers and the writer. Revisions added concurrently must be > rev.
+// It walks a copy of the tree, visiting each key index once: one it removes
+// goes back to the slab, where a new key may take it, after its visit.
 func (ti *Index) Compact(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
 	ti.mu.Lock()
@@ -279,7 +324,7 @@ func (ti *Index) Compact(rev int64) map[Revision]struct{} {
 			}
 		}
 		if ki.isEmpty() {
-			ti.tree.Delete(ki)
+			ti.remove(ki)
 		}
 		ti.mu.Unlock()
 		return true

@@ -73,11 +73,12 @@ type generation struct {
 	revs    []Revision
 }
 
-func newKeyIndex(key string) *keyIndex {
+// setKey sets a new key index's key.
+func (ki *keyIndex) setKey(key string) {
 	if uint64(len(key)) > math.MaxUint32 {
 		panic(fmt.Sprintf("index: key of %d bytes", len(key)))
 	}
-	return &keyIndex{keyData: unsafe.StringData(key), keyLen: uint32(len(key))}
+	ki.keyData, ki.keyLen = unsafe.StringData(key), uint32(len(key))
 }
 
 // pivotFor returns a key index to search the tree for key, aliasing key's

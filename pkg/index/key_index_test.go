@@ -373,3 +373,10 @@ func TestKeyIndexBeyondCompactForm(t *testing.T) {
 		t.Fatalf("version %d, want %d", ver, int64(math.MaxUint32))
 	}
 }
+
+// newKeyIndex returns a key index of its own, outside any index's slab.
+func newKeyIndex(key string) *keyIndex {
+	ki := &keyIndex{}
+	ki.setKey(key)
+	return ki
+}
