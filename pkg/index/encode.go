@@ -39,7 +39,7 @@ func (ti *Index) Encode(w io.Writer) error {
 	b := binary.AppendUvarint(make([]byte, 0, 64<<10), uint64(ti.tree.Len()))
 	var err error
 	ti.tree.Descend(func(ki *keyIndex) bool {
-		b = appendKey(b, ki)
+		b = appendKey(b, ref{ki, ti})
 		if len(b) >= 48<<10 {
 			_, err = w.Write(b)
 			b = b[:0]
@@ -59,17 +59,18 @@ func (ti *Index) AppendEncoded(b []byte) []byte {
 	return buf.Bytes()
 }
 
-func appendKey(b []byte, ki *keyIndex) []byte {
+func appendKey(b []byte, ki ref) []byte {
 	b = binary.AppendUvarint(b, uint64(ki.keyLen))
-	b = append(b, ki.keyString()...)
-	if ki.hist == nil {
+	b = append(b, ki.key()...)
+	h := ki.hist()
+	if h == nil {
 		b = append(b, formCompact)
 		b = appendRev(b, ki.modified())
 		b = binary.AppendVarint(b, ki.createdMain)
 		return binary.AppendUvarint(b, uint64(ki.ver))
 	}
 	b = append(b, formHist)
-	gens := ki.hist.generations
+	gens := h.generations
 	b = binary.AppendUvarint(b, uint64(len(gens)))
 	for gi, g := range gens {
 		ver, created := g.ver, g.created.Main
@@ -161,18 +162,18 @@ func (d *decoder) rev() Revision {
 	return Revision{Main: main, Sub: int64(sub)}
 }
 
-// key reads n bytes into keys, as a string.
-func (d *decoder) key(n int, keys *keyArena) string {
+// key reads n bytes into keys: the key, aliasing the arena, and its place.
+func (d *decoder) key(n int, keys *keyArena) (string, keyPlace) {
 	if d.err != nil {
-		return ""
+		return "", keyPlace{}
 	}
-	b := keys.reserve(n)
+	at, b := keys.reserve(n)
 	if _, err := io.ReadFull(d.r, b); err != nil {
 		d.fail("key", err)
-		return ""
+		return "", keyPlace{}
 	}
 	d.left -= int64(n)
-	return unsafe.String(unsafe.SliceData(b), n)
+	return unsafe.String(unsafe.SliceData(b), n), at
 }
 
 func (d *decoder) byte() byte {
@@ -234,6 +235,10 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	ti := New()
 	n := d.count(4) // key length, form and two revisions at least
 	ti.table.reserve(n)
+	// Keys of at most arenaMaxKey fill a chunk but for less than that; a
+	// longer key takes a chunk of its own. The inserter compares keys as
+	// they come, so the directory must not move meanwhile.
+	ti.keys.reserveChunks(int(size/(arenaChunk-arenaMaxKey) + size/arenaMaxKey + 2))
 	chunks := make(chan []*keyIndex, 4)
 	inserted := make(chan struct{})
 	go func() {
@@ -258,7 +263,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 	chunk := make([]*keyIndex, 0, decodeChunk)
 	var prev string
 	for i := 0; i < n && d.err == nil; i++ {
-		key := d.key(d.count(1), &ti.keys)
+		key, at := d.key(d.count(1), &ti.keys)
 		if d.err != nil {
 			break
 		}
@@ -266,7 +271,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 			d.fail("key order", nil)
 			break
 		}
-		ki := ti.add(ti.table.tagString(key), key)
+		ki := ti.add(ti.table.tagString(key), at)
 		prev = key
 		switch d.byte() {
 		case formCompact:
@@ -306,7 +311,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 					d.fail("tombstone-only generation", nil)
 				}
 			}
-			ki.hist = h
+			ki.setHist(h)
 			for _, g := range h.generations {
 				if len(g.revs) > 0 && d.err == nil {
 					ki.setModified(g.revs[len(g.revs)-1])
@@ -328,7 +333,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 		if ki.isLive() {
 			ti.live.Add(1)
 		}
-		chunk = append(chunk, ki)
+		chunk = append(chunk, ki.keyIndex)
 		if len(chunk) == decodeChunk {
 			chunks <- chunk
 			chunk = make([]*keyIndex, 0, decodeChunk)

@@ -27,10 +27,12 @@ import (
 type Index struct {
 	mu   sync.RWMutex
 	tree *btree.BTreeG[*keyIndex]
-	// slab holds the key indexes the tree points to, keys their keys, and
-	// table finds them by key; all three change under mu held exclusively.
+	// slab holds the key indexes the tree points to, keys their keys,
+	// hists their histories, and table finds them by key; all change under
+	// mu held exclusively.
 	slab  slab
 	keys  keyArena
+	hists histories
 	table keyTable
 	// live counts the keys whose last generation is not ended: put and
 	// not deleted since. Written under mu; Live reads it without.
@@ -39,47 +41,73 @@ type Index struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{
-		tree: btree.NewG(32, func(a, b *keyIndex) bool {
-			return a.keyString() < b.keyString()
-		}),
-		table: newKeyTable(),
+	ti := &Index{table: newKeyTable()}
+	ti.tree = btree.NewG(32, func(a, b *keyIndex) bool {
+		return ti.keyOf(a) < ti.keyOf(b)
+	})
+	return ti
+}
+
+// pivotFlag in a keyIndex's keyLen marks the keyIndex of a pivot.
+const pivotFlag = 1 << 31
+
+// pivot is what a range searches the tree with: a key index whose key is
+// the caller's, not the arena's.
+type pivot struct {
+	keyIndex // keyLen: pivotFlag
+	key      string
+}
+
+// pivotFor returns a pivot searching for key, aliasing key's bytes: the
+// tree compares it and keeps nothing.
+func pivotFor(key []byte) *pivot {
+	return &pivot{keyIndex: keyIndex{keyLen: pivotFlag}, key: unsafe.String(unsafe.SliceData(key), len(key))}
+}
+
+// keyOf returns ki's key without copying it.
+func (ti *Index) keyOf(ki *keyIndex) string {
+	if ki.keyLen&pivotFlag != 0 {
+		// Only a pivot carries the flag, and its keyIndex is its first
+		// field.
+		return (*pivot)(unsafe.Pointer(ki)).key
 	}
+	return ti.keys.str(ki.keyChunk, ki.keyOff, ki.keyLen)
 }
 
 // isFromKey reports whether end means "every key from key on".
 func isFromKey(end []byte) bool { return len(end) == 1 && end[0] == 0 }
 
-// lookup returns key's key index, or nil, and its tag in the key table.
-// The caller holds mu.
-func (ti *Index) lookup(key []byte) (uint32, *keyIndex) {
+// lookup returns key's key index, or a nil one, and its tag in the key
+// table. The caller holds mu.
+func (ti *Index) lookup(key []byte) (uint32, ref) {
 	tag := ti.table.tag(key)
-	_, ki := ti.table.find(tag, key, &ti.slab)
-	return tag, ki
+	_, ki := ti.table.find(tag, key, ti)
+	return tag, ref{ki, ti}
 }
 
-// add makes the key index of key, which the key arena holds, under tag, and
+// add makes the key index of the key the arena holds at at, under tag, and
 // adds it to the table; the caller sets its history and then inserts it
 // into the tree. The caller holds mu exclusively.
-func (ti *Index) add(tag uint32, key string) *keyIndex {
+func (ti *Index) add(tag uint32, at keyPlace) ref {
 	id, ki := ti.slab.alloc()
-	ki.setKey(key)
+	ki.setKey(at)
 	ti.table.insert(tag, id)
-	return ki
+	return ref{ki, ti}
 }
 
 // remove drops key index ki, which has no revisions left, from the tree,
-// the table and the slab. The caller holds mu exclusively.
-func (ti *Index) remove(ki *keyIndex) {
-	ti.tree.Delete(ki)
-	key := unsafe.Slice(ki.keyData, ki.keyLen)
+// the table, the arena and the slab. The caller holds mu exclusively.
+func (ti *Index) remove(ki ref) {
+	ti.tree.Delete(ki.keyIndex)
+	key := unsafe.Slice(unsafe.StringData(ki.key()), ki.keyLen)
 	tag := ti.table.tag(key)
-	id, found := ti.table.find(tag, key, &ti.slab)
-	if found != ki {
+	id, found := ti.table.find(tag, key, ti)
+	if found != ki.keyIndex {
 		panic(fmt.Sprintf("index: removing %q: not in the key table", key))
 	}
 	ti.table.remove(tag, id)
-	ti.keys.release(len(key))
+	ki.setHist(nil)
+	ti.keys.release(keyPlace{ki.keyChunk, ki.keyOff, ki.keyLen})
 	ti.slab.release(id)
 	if ti.keys.wantsRewrite() {
 		ti.rewriteKeys()
@@ -95,12 +123,18 @@ func (ti *Index) rewriteKeys() {
 	for _, chunk := range ti.slab.chunks {
 		for i := range chunk {
 			ki := &chunk[i]
-			if ki.keyLen == 0 || ki.keyLen > arenaMaxKey {
-				continue // unused, empty, or a key of its own
+			if ki.keyLen == 0 {
+				continue // unused, or the empty key
 			}
-			b := fresh.reserve(int(ki.keyLen))
-			copy(b, ki.keyString())
-			ki.keyData = unsafe.SliceData(b)
+			key := ti.keyOf(ki)
+			if ki.keyLen > arenaMaxKey {
+				// A chunk of its own: it moves as it is.
+				ki.keyChunk = fresh.newChunk(ti.keys.dir[ki.keyChunk])
+				continue
+			}
+			at, b := fresh.reserve(len(key))
+			copy(b, key)
+			ki.setKey(at)
 		}
 	}
 	ti.keys = fresh
@@ -114,9 +148,9 @@ func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
 	tag, ki := ti.lookup(key)
-	if ki == nil {
+	if ki.keyIndex == nil {
 		ki = ti.add(tag, ti.keys.copy(key))
-		ti.tree.ReplaceOrInsert(ki)
+		ti.tree.ReplaceOrInsert(ki.keyIndex)
 	}
 	if !ki.isLive() {
 		ti.live.Add(1)
@@ -131,7 +165,7 @@ func (ti *Index) Tombstone(key []byte, rev Revision) error {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
 	_, ki := ti.lookup(key)
-	if ki == nil {
+	if ki.keyIndex == nil {
 		return ErrRevisionNotFound
 	}
 	if err := ki.tombstone(rev); err != nil {
@@ -149,7 +183,7 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
 	tag, ki := ti.lookup(key)
-	if ki != nil {
+	if ki.keyIndex != nil {
 		if !ki.isLive() {
 			ti.live.Add(1)
 		}
@@ -158,7 +192,7 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 	}
 	ki = ti.add(tag, ti.keys.copy(key))
 	ki.restore(created, modified, ver)
-	ti.tree.ReplaceOrInsert(ki)
+	ti.tree.ReplaceOrInsert(ki.keyIndex)
 	ti.live.Add(1)
 }
 
@@ -170,7 +204,7 @@ func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
 	tag, ki := ti.lookup(key)
-	if ki != nil {
+	if ki.keyIndex != nil {
 		// ErrRevisionNotFound: already deleted; nothing to end.
 		if ki.tombstone(rev) == nil {
 			ti.live.Add(-1)
@@ -179,7 +213,7 @@ func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 	}
 	ki = ti.add(tag, ti.keys.copy(key))
 	ki.restoreTombstone(rev)
-	ti.tree.ReplaceOrInsert(ki)
+	ti.tree.ReplaceOrInsert(ki.keyIndex)
 }
 
 // Get returns the newest revision of key at or before atRev, the revision
@@ -189,7 +223,7 @@ func (ti *Index) Get(key []byte, atRev int64) (modified, created Revision, ver i
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
 	_, ki := ti.lookup(key)
-	if ki == nil {
+	if ki.keyIndex == nil {
 		return Revision{}, Revision{}, 0, ErrRevisionNotFound
 	}
 	return ki.get(atRev)
@@ -197,28 +231,27 @@ func (ti *Index) Get(key []byte, atRev int64) (modified, created Revision, ver i
 
 // visit calls f for each key index in the range, in key order, until f
 // returns false. The caller holds mu.
-func (ti *Index) visit(key, end []byte, f func(ki *keyIndex) bool) {
+func (ti *Index) visit(key, end []byte, f func(ki ref) bool) {
 	if len(end) == 0 {
-		if _, ki := ti.lookup(key); ki != nil {
+		if _, ki := ti.lookup(key); ki.keyIndex != nil {
 			f(ki)
 		}
 		return
 	}
 	fromKey := isFromKey(end)
-	pivot := pivotFor(key)
-	ti.tree.AscendGreaterOrEqual(&pivot, func(ki *keyIndex) bool {
-		if !fromKey && ki.keyString() >= string(end) {
+	ti.tree.AscendGreaterOrEqual(&pivotFor(key).keyIndex, func(ki *keyIndex) bool {
+		if !fromKey && ti.keyOf(ki) >= string(end) {
 			return false
 		}
-		return f(ki)
+		return f(ref{ki, ti})
 	})
 }
 
 // visitLive is visit of the keys live at atRev, with what ki.get says of
 // each: its newest revision at or before atRev, its generation's create
 // revision and its version there.
-func (ti *Index) visitLive(key, end []byte, atRev int64, f func(ki *keyIndex, modified, created Revision, ver int64) bool) {
-	ti.visit(key, end, func(ki *keyIndex) bool {
+func (ti *Index) visitLive(key, end []byte, atRev int64, f func(ki ref, modified, created Revision, ver int64) bool) {
+	ti.visit(key, end, func(ki ref) bool {
 		modified, created, ver, err := ki.get(atRev)
 		if err != nil {
 			return true
@@ -233,9 +266,9 @@ func (ti *Index) visitLive(key, end []byte, atRev int64, f func(ki *keyIndex, mo
 func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, revs []Revision, total int) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.visitLive(key, end, atRev, func(ki *keyIndex, rev, _ Revision, _ int64) bool {
+	ti.visitLive(key, end, atRev, func(ki ref, rev, _ Revision, _ int64) bool {
 		if limit <= 0 || len(revs) < limit {
-			keys = append(keys, []byte(ki.keyString()))
+			keys = append(keys, []byte(ki.key()))
 			revs = append(revs, rev)
 		}
 		total++
@@ -248,7 +281,7 @@ func (ti *Index) Range(key, end []byte, atRev int64, limit int) (keys [][]byte, 
 func (ti *Index) Revisions(key, end []byte, atRev int64, limit int) (revs []Revision, total int) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.visitLive(key, end, atRev, func(_ *keyIndex, rev, _ Revision, _ int64) bool {
+	ti.visitLive(key, end, atRev, func(_ ref, rev, _ Revision, _ int64) bool {
 		if limit <= 0 || len(revs) < limit {
 			revs = append(revs, rev)
 		}
@@ -266,7 +299,7 @@ func (ti *Index) Revisions(key, end []byte, atRev int64, limit int) (revs []Revi
 func (ti *Index) Versions(key, end []byte, atRev int64, f func(created, modified Revision, ver int64) bool) {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.visitLive(key, end, atRev, func(_ *keyIndex, modified, created Revision, ver int64) bool {
+	ti.visitLive(key, end, atRev, func(_ ref, modified, created Revision, ver int64) bool {
 		return f(created, modified, ver)
 	})
 }
@@ -276,7 +309,7 @@ func (ti *Index) CountRevisions(key, end []byte, atRev int64) int {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
 	total := 0
-	ti.visitLive(key, end, atRev, func(*keyIndex, Revision, Revision, int64) bool {
+	ti.visitLive(key, end, atRev, func(ref, Revision, Revision, int64) bool {
 		total++
 		return true
 	})
@@ -290,7 +323,7 @@ func (ti *Index) RangeSince(key, end []byte, rev int64) []Revision {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
 	var revs []Revision
-	ti.visit(key, end, func(ki *keyIndex) bool {
+	ti.visit(key, end, func(ki ref) bool {
 		revs = append(revs, ki.since(rev)...)
 		return true
 	})
@@ -315,8 +348,9 @@ func (ti *Index) Compact(rev int64) map[Revision]struct{} {
 	clone := ti.tree.Clone()
 	ti.mu.Unlock()
 
-	clone.Ascend(func(ki *keyIndex) bool {
+	clone.Ascend(func(k *keyIndex) bool {
 		ti.mu.Lock()
+		ki := ref{k, ti}
 		ki.compact(rev, available)
 		if invariants {
 			if err := ki.check(); err != nil {
@@ -339,7 +373,7 @@ func (ti *Index) Keep(rev int64) map[Revision]struct{} {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
 	ti.tree.Ascend(func(ki *keyIndex) bool {
-		ki.keep(rev, available)
+		ref{ki, ti}.keep(rev, available)
 		return true
 	})
 	return available
@@ -362,7 +396,7 @@ func (ti *Index) check() error {
 	defer ti.mu.RUnlock()
 	var err error
 	ti.tree.Ascend(func(ki *keyIndex) bool {
-		err = ki.check()
+		err = ref{ki, ti}.check()
 		return err == nil
 	})
 	return err

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"unsafe"
 )
 
 // keyIndex holds the history of one user key as a list of generations.
@@ -29,34 +28,69 @@ import (
 //
 // Most keys of a large store are in one generation with one revision: put
 // once, or compacted down to their newest put. Such a key is kept in the
-// compact form, hist == nil: its one revision as the modified revision, its
-// generation's created revision and version beside it, no other allocation
-// than the key index and its key (two heap objects, 64 bytes for a 16-byte
-// key, instead of four and 144: less memory, less for the collector to mark,
-// a faster index rebuild). The compact form with a zero modified revision is
-// the key with no revisions at all. Any other history lives in hist;
-// compaction brings a key back to the compact form when it leaves one
-// revision.
+// compact form, without a history (histID 0): its one revision as the
+// modified revision, its generation's created revision and version beside
+// it, nothing besides the key index and its key (48 bytes and the key's,
+// where a history takes two more objects and ~100 bytes). The compact form
+// with a zero modified revision is the key with no revisions at all. Any
+// other history lives in a history; compaction brings a key back to the
+// compact form when it leaves one revision.
 //
-// The fields are packed into 48 bytes, the next size class below 64: the
-// key as a pointer and a 32-bit length, sub revisions and the compact
-// version in 32 bits. A sub revision numbers the writes of one transaction,
-// which a request of at most 2 GiB cannot take past 32 bits; a generation
-// whose version or created sub revision does not fit stays in hist.
+// The fields are packed into 48 bytes, without a pointer: the key is a
+// place in the index's key arena (a chunk number, an offset and a 31-bit
+// length) and the history an id among the index's histories (0: the
+// compact form), so the slab chunks holding key indexes are nothing for the
+// garbage collector to scan. Sub revisions and the compact version take 32
+// bits. A sub revision numbers the writes of one transaction, which a
+// request of at most 2 GiB cannot take past 32 bits; a generation whose
+// version or created sub revision does not fit stays in a history.
+//
+// Reading or changing a key index takes its index too, which holds its key
+// and history: the methods are on ref.
 type keyIndex struct {
-	// keyData and keyLen are the user key: a string's bytes, never modified.
-	keyData *byte
-	hist    *history
+	keyChunk, keyOff uint32
 	// lastMain and lastSub are the newest revision: the key's modified
 	// revision.
 	lastMain int64
 	// createdMain, createdSub and ver are the compact form's generation's
-	// (unused in hist).
+	// (unused with a history).
 	createdMain int64
-	keyLen      uint32
-	lastSub     uint32
-	createdSub  uint32
-	ver         uint32
+	// keyLen is the key's length; pivotFlag marks a pivot (index.go).
+	keyLen     uint32
+	lastSub    uint32
+	createdSub uint32
+	ver        uint32
+	histID     uint32
+}
+
+// ref is a key index with the index holding its key and its history.
+type ref struct {
+	*keyIndex
+	ix *Index
+}
+
+// key returns the key without copying it.
+func (ki ref) key() string { return ki.ix.keyOf(ki.keyIndex) }
+
+// hist returns the key's history, nil in the compact form.
+func (ki ref) hist() *history {
+	if ki.histID == 0 {
+		return nil
+	}
+	return ki.ix.hists.list[ki.histID]
+}
+
+// setHist gives the key history h, or the compact form when h is nil.
+func (ki ref) setHist(h *history) {
+	switch {
+	case h == nil && ki.histID != 0:
+		ki.ix.hists.release(ki.histID)
+		ki.histID = 0
+	case h != nil && ki.histID == 0:
+		ki.histID = ki.ix.hists.add(h)
+	case h != nil:
+		ki.ix.hists.list[ki.histID] = h
+	}
 }
 
 // history is the full list of generations of a key not in the compact form.
@@ -73,23 +107,10 @@ type generation struct {
 	revs    []Revision
 }
 
-// setKey sets a new key index's key.
-func (ki *keyIndex) setKey(key string) {
-	if uint64(len(key)) > math.MaxUint32 {
-		panic(fmt.Sprintf("index: key of %d bytes", len(key)))
-	}
-	ki.keyData, ki.keyLen = unsafe.StringData(key), uint32(len(key))
+// setKey sets a new key index's key, which the arena holds at at.
+func (ki *keyIndex) setKey(at keyPlace) {
+	ki.keyChunk, ki.keyOff, ki.keyLen = at.chunk, at.off, at.n
 }
-
-// pivotFor returns a key index to search the tree for key, aliasing key's
-// bytes: the tree compares it and keeps nothing, and copying would cost a
-// read an allocation per lookup.
-func pivotFor(key []byte) keyIndex {
-	return keyIndex{keyData: unsafe.SliceData(key), keyLen: uint32(len(key))}
-}
-
-// keyString returns the key without copying it.
-func (ki *keyIndex) keyString() string { return unsafe.String(ki.keyData, ki.keyLen) }
 
 // fitsCompact reports whether a generation created at created and at
 // version ver can be held in the compact form's 32-bit fields.
@@ -98,9 +119,9 @@ func fitsCompact(created Revision, ver int64) bool {
 }
 
 // setModified records rev as the key's newest revision.
-func (ki *keyIndex) setModified(rev Revision) {
+func (ki ref) setModified(rev Revision) {
 	if rev.Sub < 0 || rev.Sub > MaxSub {
-		panic(fmt.Sprintf("index: %q at %v: sub revision out of 32 bits", ki.keyString(), rev))
+		panic(fmt.Sprintf("index: %q at %v: sub revision out of 32 bits", ki.key(), rev))
 	}
 	ki.lastMain, ki.lastSub = rev.Main, uint32(rev.Sub)
 }
@@ -141,8 +162,8 @@ func (ki *keyIndex) hasRevisions() bool { return ki.lastMain != 0 || ki.lastSub 
 // in hist). With generationsOr it gives a read the key's generations in
 // either form without allocating: the caller keeps both in its own frame,
 // as a view stored through a pointer would move to the heap.
-func (ki *keyIndex) compactView(vr *[1]Revision) generation {
-	if ki.hist != nil || !ki.hasRevisions() {
+func (ki ref) compactView(vr *[1]Revision) generation {
+	if ki.histID != 0 || !ki.hasRevisions() {
 		return generation{}
 	}
 	vr[0] = ki.modified()
@@ -151,9 +172,9 @@ func (ki *keyIndex) compactView(vr *[1]Revision) generation {
 
 // generationsOr returns hist's generations, or view (compactView's
 // generation) in the compact form. The result must not be modified.
-func (ki *keyIndex) generationsOr(view []generation) []generation {
-	if ki.hist != nil {
-		return ki.hist.generations
+func (ki ref) generationsOr(view []generation) []generation {
+	if h := ki.hist(); h != nil {
+		return h.generations
 	}
 	return view
 }
@@ -161,47 +182,52 @@ func (ki *keyIndex) generationsOr(view []generation) []generation {
 // inflate moves a compact key index into hist, before a change the compact
 // form cannot hold. Room for a second revision and a second generation is
 // made up front: the next change is a put or a tombstone.
-func (ki *keyIndex) inflate() {
+func (ki ref) inflate() {
 	h := &history{}
 	h.generations = h.first[:1]
 	if ki.hasRevisions() {
 		h.first[0] = generation{ver: int64(ki.ver), created: ki.compactCreated(), revs: append(make([]Revision, 0, 2), ki.modified())}
 	}
-	ki.hist = h
+	ki.setHist(h)
 	ki.setCompact(Revision{}, 0)
 }
 
 // deflate returns a key index whose history is down to one live generation
 // with one revision to the compact form, when that generation fits it.
-func (ki *keyIndex) deflate() {
-	if ki.hist == nil || len(ki.hist.generations) != 1 || len(ki.hist.generations[0].revs) != 1 {
+func (ki ref) deflate() {
+	if ki.histID == 0 {
 		return
 	}
-	g := ki.hist.generations[0]
+	gens := ki.hist().generations
+	if len(gens) != 1 || len(gens[0].revs) != 1 {
+		return
+	}
+	g := gens[0]
 	if !fitsCompact(g.created, g.ver) {
 		return
 	}
 	ki.setCompact(g.created, g.ver)
-	ki.hist = nil
+	ki.setHist(nil)
 }
 
 // current returns the current generation's created revision and version
 // (zero when the key is not live).
-func (ki *keyIndex) current() (created Revision, ver int64) {
-	if ki.hist == nil {
+func (ki ref) current() (created Revision, ver int64) {
+	if ki.histID == 0 {
 		return ki.compactCreated(), int64(ki.ver)
 	}
-	g := &ki.hist.generations[len(ki.hist.generations)-1]
+	gens := ki.hist().generations
+	g := &gens[len(gens)-1]
 	return g.created, g.ver
 }
 
 // put appends rev to the current generation, creating it if it is empty.
 // rev must be greater than every revision already in ki.
-func (ki *keyIndex) put(rev Revision) {
+func (ki ref) put(rev Revision) {
 	if !rev.GreaterThan(ki.modified()) {
-		panic(fmt.Sprintf("index: put %q at %v, not after last modification %v", ki.keyString(), rev, ki.modified()))
+		panic(fmt.Sprintf("index: put %q at %v, not after last modification %v", ki.key(), rev, ki.modified()))
 	}
-	if ki.hist == nil {
+	if ki.histID == 0 {
 		if !ki.hasRevisions() {
 			ki.setModified(rev)
 			ki.setCompact(rev, 1)
@@ -209,7 +235,7 @@ func (ki *keyIndex) put(rev Revision) {
 		}
 		ki.inflate()
 	}
-	gens := ki.hist.generations
+	gens := ki.hist().generations
 	g := &gens[len(gens)-1]
 	if g.isEmpty() {
 		g.created = rev
@@ -221,58 +247,60 @@ func (ki *keyIndex) put(rev Revision) {
 
 // isLive reports whether the key's last generation is open: the key
 // exists at the newest revision.
-func (ki *keyIndex) isLive() bool {
-	if ki.hist == nil {
+func (ki ref) isLive() bool {
+	if ki.histID == 0 {
 		return ki.hasRevisions()
 	}
-	gens := ki.hist.generations
+	gens := ki.hist().generations
 	return !gens[len(gens)-1].isEmpty()
 }
 
 // restoreTombstone adds the tombstone of a generation whose puts were all
 // compacted away; its create revision is unknown (zero), as in etcd.
-func (ki *keyIndex) restoreTombstone(rev Revision) {
+func (ki ref) restoreTombstone(rev Revision) {
 	ki.restore(Revision{}, rev, 1)
 	ki.inflate()
-	ki.hist.generations = append(ki.hist.generations, generation{})
+	h := ki.hist()
+	h.generations = append(h.generations, generation{})
 }
 
 // restore starts a generation whose earlier revisions were compacted away:
 // the key was created at created and is at version ver as of modified.
-func (ki *keyIndex) restore(created, modified Revision, ver int64) {
+func (ki ref) restore(created, modified Revision, ver int64) {
 	if !ki.isEmpty() {
-		panic(fmt.Sprintf("index: restore %q into a non-empty key index", ki.keyString()))
+		panic(fmt.Sprintf("index: restore %q into a non-empty key index", ki.key()))
 	}
 	ki.setModified(modified)
 	if fitsCompact(created, ver) {
-		ki.hist = nil
+		ki.setHist(nil)
 		ki.setCompact(created, ver)
 		return
 	}
 	h := &history{}
 	h.first[0] = generation{ver: ver, created: created, revs: []Revision{modified}}
 	h.generations = h.first[:1]
-	ki.hist = h
+	ki.setHist(h)
 }
 
 // tombstone ends the current generation with rev and opens an empty one. It
 // returns ErrRevisionNotFound when the key is not live (nothing to delete).
-func (ki *keyIndex) tombstone(rev Revision) error {
+func (ki ref) tombstone(rev Revision) error {
 	if !ki.isLive() {
 		return ErrRevisionNotFound
 	}
-	if ki.hist == nil {
+	if ki.histID == 0 {
 		ki.inflate()
 	}
 	ki.put(rev)
-	ki.hist.generations = append(ki.hist.generations, generation{})
+	h := ki.hist()
+	h.generations = append(h.generations, generation{})
 	return nil
 }
 
 // get returns the last revision of the key at or before atRev, the revision
 // that created its generation and its version there. ErrRevisionNotFound
 // means the key did not exist at atRev.
-func (ki *keyIndex) get(atRev int64) (modified, created Revision, ver int64, err error) {
+func (ki ref) get(atRev int64) (modified, created Revision, ver int64, err error) {
 	var vr [1]Revision
 	view := [1]generation{ki.compactView(&vr)}
 	g := findGeneration(ki.generationsOr(view[:]), atRev)
@@ -311,7 +339,7 @@ func findGeneration(gens []generation, rev int64) *generation {
 // since returns the revisions with Main >= rev in ascending order. When
 // several share a main revision only the greatest sub revision is returned:
 // the earlier ones are invisible outside their transaction.
-func (ki *keyIndex) since(rev int64) []Revision {
+func (ki ref) since(rev int64) []Revision {
 	var vr [1]Revision
 	view := [1]generation{ki.compactView(&vr)}
 	gens := ki.generationsOr(view[:])
@@ -350,15 +378,15 @@ func (ki *keyIndex) since(rev int64) []Revision {
 // is live at atRev, or when it is a tombstone exactly at atRev (etcd >= 3.5.16
 // keeps it so that a watch from atRev still gets the delete); it is added to
 // available. Afterwards get and since answer as before for every rev >= atRev.
-func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
-	if ki.hist == nil {
+func (ki ref) compact(atRev int64, available map[Revision]struct{}) {
+	if ki.histID == 0 {
 		// One live revision (or none): it is kept if it is <= atRev.
 		if r := ki.modified(); ki.hasRevisions() && r.Main <= atRev {
 			available[r] = struct{}{}
 		}
 		return
 	}
-	gens := ki.hist.generations
+	gens := ki.hist().generations
 	gi, ri, live := locate(gens, atRev)
 	if ri == -1 {
 		return
@@ -372,7 +400,7 @@ func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
 	}
 	if gi > 0 {
 		// Copy so the dropped generations' revisions can be freed.
-		ki.hist.generations = slices.Clone(gens[gi:])
+		ki.hist().generations = slices.Clone(gens[gi:])
 	}
 	ki.deflate()
 }
@@ -380,7 +408,7 @@ func (ki *keyIndex) compact(atRev int64, available map[Revision]struct{}) {
 // keep adds to available the revision compact(atRev) would keep, except a
 // tombstone: etcd leaves it out so that hashes agree with versions that
 // deleted it.
-func (ki *keyIndex) keep(atRev int64, available map[Revision]struct{}) {
+func (ki ref) keep(atRev int64, available map[Revision]struct{}) {
 	var vr [1]Revision
 	view := [1]generation{ki.compactView(&vr)}
 	gens := ki.generationsOr(view[:])
@@ -412,17 +440,18 @@ func locate(gens []generation, atRev int64) (gi, ri int, live bool) {
 
 // isEmpty reports whether the key has no revisions left at all; such a key
 // index is removed from the tree.
-func (ki *keyIndex) isEmpty() bool {
-	if ki.hist == nil {
+func (ki ref) isEmpty() bool {
+	if ki.histID == 0 {
 		return !ki.hasRevisions()
 	}
-	return len(ki.hist.generations) == 1 && ki.hist.generations[0].isEmpty()
+	gens := ki.hist().generations
+	return len(gens) == 1 && gens[0].isEmpty()
 }
 
 // check verifies the invariants documented on keyIndex.
-func (ki *keyIndex) check() error {
-	if ki.hist != nil && len(ki.hist.generations) == 0 {
-		return fmt.Errorf("key %q: no generations", ki.keyString())
+func (ki ref) check() error {
+	if ki.histID != 0 && len(ki.hist().generations) == 0 {
+		return fmt.Errorf("key %q: no generations", ki.key())
 	}
 	var vr [1]Revision
 	view := [1]generation{ki.compactView(&vr)}
@@ -433,28 +462,28 @@ func (ki *keyIndex) check() error {
 		last := i == len(gens)-1
 		if g.isEmpty() {
 			if !last {
-				return fmt.Errorf("key %q: empty generation %d is not the last", ki.keyString(), i)
+				return fmt.Errorf("key %q: empty generation %d is not the last", ki.key(), i)
 			}
 			continue
 		}
 		// The empty key holds only etcdutl's revision placeholders (see
 		// mvcc.CheckKV): records without a version.
-		if g.ver < int64(len(g.revs)) && len(ki.keyString()) > 0 {
-			return fmt.Errorf("key %q: generation %d has version %d < %d revisions", ki.keyString(), i, g.ver, len(g.revs))
+		if g.ver < int64(len(g.revs)) && len(ki.key()) > 0 {
+			return fmt.Errorf("key %q: generation %d has version %d < %d revisions", ki.key(), i, g.ver, len(g.revs))
 		}
 		unknown := g.created == Revision{}
 		if g.created.Main > g.revs[0].Main || (!unknown && g.ver == int64(len(g.revs)) && g.created.Main != g.revs[0].Main) {
-			return fmt.Errorf("key %q: generation %d created at %v, first revision %v, version %d", ki.keyString(), i, g.created, g.revs[0], g.ver)
+			return fmt.Errorf("key %q: generation %d created at %v, first revision %v, version %d", ki.key(), i, g.created, g.revs[0], g.ver)
 		}
 		for _, r := range g.revs {
 			if !first && !r.GreaterThan(prev) {
-				return fmt.Errorf("key %q: revision %v not after %v", ki.keyString(), r, prev)
+				return fmt.Errorf("key %q: revision %v not after %v", ki.key(), r, prev)
 			}
 			prev, first = r, false
 		}
 	}
 	if !first && prev != ki.modified() {
-		return fmt.Errorf("key %q: modified %v, newest revision %v", ki.keyString(), ki.modified(), prev)
+		return fmt.Errorf("key %q: modified %v, newest revision %v", ki.key(), ki.modified(), prev)
 	}
 	return nil
 }

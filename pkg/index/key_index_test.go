@@ -23,7 +23,7 @@ func set(revs ...Revision) map[Revision]struct{} {
 // newTestKeyIndex builds the history etcd's key_index_test uses:
 //
 //	{2.0, 4.0, 6.0(t)} {8.0, 10.0, 12.0(t)} {14.0, 14.1, 16.0(t)} {}
-func newTestKeyIndex(t *testing.T) *keyIndex {
+func newTestKeyIndex(t *testing.T) ref {
 	t.Helper()
 	ki := newKeyIndex("foo")
 	ki.put(r(2))
@@ -42,13 +42,13 @@ func newTestKeyIndex(t *testing.T) *keyIndex {
 }
 
 // generationsOf returns a copy of ki's generations, whatever its form.
-func generationsOf(ki *keyIndex) []generation {
+func generationsOf(ki ref) []generation {
 	var vr [1]Revision
 	view := [1]generation{ki.compactView(&vr)}
 	return slices.Clone(ki.generationsOr(view[:]))
 }
 
-func mustTombstone(t *testing.T, ki *keyIndex, rev Revision) {
+func mustTombstone(t *testing.T, ki ref, rev Revision) {
 	t.Helper()
 	if err := ki.tombstone(rev); err != nil {
 		t.Fatalf("tombstone %v: %v", rev, err)
@@ -174,7 +174,7 @@ func TestKeyIndexRestore(t *testing.T) {
 
 func TestKeyIndexFindGeneration(t *testing.T) {
 	ki := newTestKeyIndex(t)
-	all := ki.hist.generations
+	all := ki.hist().generations
 	g0, g1, g2 := &all[0], &all[1], &all[2]
 	tests := []struct {
 		rev  int64
@@ -320,8 +320,8 @@ func TestKeyIndexCompactDeleteAndPutInOneTxn(t *testing.T) {
 	}
 }
 
-// The compact form is one 48-byte object beside its key: a field added to
-// keyIndex moves every key of a large store into the 64-byte size class.
+// The compact form is 48 bytes of a slab chunk: a field added to keyIndex
+// costs every key of a large store 8 bytes more.
 func TestKeyIndexSize(t *testing.T) {
 	if n := unsafe.Sizeof(keyIndex{}); n != 48 {
 		t.Fatalf("keyIndex is %d bytes, want 48", n)
@@ -344,7 +344,7 @@ func TestKeyIndexBeyondCompactForm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ki := newKeyIndex("k")
 			ki.restore(tc.created, rs(9, 1), tc.ver)
-			if ki.hist == nil {
+			if ki.hist() == nil {
 				t.Fatal("restored into the compact form")
 			}
 			mod, created, ver, err := ki.get(9)
@@ -353,7 +353,7 @@ func TestKeyIndexBeyondCompactForm(t *testing.T) {
 			}
 			ki.put(r(10))
 			ki.compact(10, map[Revision]struct{}{})
-			if ki.hist == nil {
+			if ki.hist() == nil {
 				t.Fatal("compaction deflated a generation the compact form cannot hold")
 			}
 			if _, created, ver, err := ki.get(10); err != nil || created != tc.created || ver != tc.ver+1 {
@@ -366,7 +366,7 @@ func TestKeyIndexBeyondCompactForm(t *testing.T) {
 	}
 	ki := newKeyIndex("k")
 	ki.restore(r(2), r(3), math.MaxUint32)
-	if ki.hist != nil {
+	if ki.hist() != nil {
 		t.Fatal("a version of MaxUint32 left the compact form")
 	}
 	if _, _, ver, _ := ki.get(3); ver != math.MaxUint32 {
@@ -374,9 +374,11 @@ func TestKeyIndexBeyondCompactForm(t *testing.T) {
 	}
 }
 
-// newKeyIndex returns a key index of its own, outside any index's slab.
-func newKeyIndex(key string) *keyIndex {
-	ki := &keyIndex{}
-	ki.setKey(key)
-	return ki
+// newKeyIndex returns the key index of key in an index of its own, outside
+// the tree and the key table.
+func newKeyIndex(key string) ref {
+	ti := New()
+	_, ki := ti.slab.alloc()
+	ki.setKey(ti.keys.copy([]byte(key)))
+	return ref{ki, ti}
 }

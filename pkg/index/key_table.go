@@ -53,8 +53,9 @@ func slotTag(s uint64) uint32 { return uint32(s >> 32) }
 
 func slotID(s uint64) uint32 { return uint32(s) - 1 }
 
-// find returns the id and key index of key, whose tag is tag, or nil.
-func (t *keyTable) find(tag uint32, key []byte, sl *slab) (uint32, *keyIndex) {
+// find returns the id and key index of key, whose tag is tag, in ti, or
+// nil.
+func (t *keyTable) find(tag uint32, key []byte, ti *Index) (uint32, *keyIndex) {
 	m := t.mask()
 	for i := tag & m; ; i = (i + 1) & m {
 		s := t.slots[i]
@@ -65,7 +66,7 @@ func (t *keyTable) find(tag uint32, key []byte, sl *slab) (uint32, *keyIndex) {
 			continue
 		}
 		id := slotID(s)
-		if ki := sl.at(id); ki.keyString() == unsafe.String(unsafe.SliceData(key), len(key)) {
+		if ki := ti.slab.at(id); ti.keyOf(ki) == unsafe.String(unsafe.SliceData(key), len(key)) {
 			return id, ki
 		}
 	}

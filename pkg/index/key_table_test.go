@@ -15,8 +15,8 @@ func TestKeyTable(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		tags := []uint32{0, 1, 15, 31, 63, 1 << 20, 1<<32 - 1}
-		var sl slab
-		tbl := newKeyTable()
+		ti := New()
+		tbl := &ti.table
 		type entry struct {
 			tag uint32
 			id  uint32
@@ -26,8 +26,8 @@ func TestKeyTable(t *testing.T) {
 		for step := range 1500 {
 			if len(keys) == 0 || rng.IntN(3) > 0 && len(keys) < 100 {
 				key := fmt.Sprintf("k%d-%d", seed, step)
-				id, ki := sl.alloc()
-				ki.setKey(key)
+				id, ki := ti.slab.alloc()
+				ki.setKey(ti.keys.copy([]byte(key)))
 				tag := tags[rng.IntN(len(tags))]
 				tbl.insert(tag, id)
 				model[key] = entry{tag, id}
@@ -40,10 +40,10 @@ func TestKeyTable(t *testing.T) {
 				e := model[key]
 				delete(model, key)
 				tbl.remove(e.tag, e.id)
-				if _, ki := tbl.find(e.tag, []byte(key), &sl); ki != nil {
+				if _, ki := tbl.find(e.tag, []byte(key), ti); ki != nil {
 					t.Fatalf("seed %d step %d: removed %q still found", seed, step, key)
 				}
-				sl.release(e.id)
+				ti.slab.release(e.id)
 			}
 			if tbl.n != len(model) {
 				t.Fatalf("seed %d step %d: table holds %d, want %d", seed, step, tbl.n, len(model))
@@ -52,8 +52,8 @@ func TestKeyTable(t *testing.T) {
 				t.Fatalf("seed %d step %d: %d keys in %d slots", seed, step, tbl.n, len(tbl.slots))
 			}
 			for key, e := range model {
-				id, ki := tbl.find(e.tag, []byte(key), &sl)
-				if ki == nil || id != e.id || ki.keyString() != key {
+				id, ki := tbl.find(e.tag, []byte(key), ti)
+				if ki == nil || id != e.id || ti.keyOf(ki) != key {
 					t.Fatalf("seed %d step %d: %q (tag %d) not found as id %d", seed, step, key, e.tag, e.id)
 				}
 			}
@@ -70,20 +70,31 @@ func TestSlabReuse(t *testing.T) {
 	pad := strings.Repeat("p", 1000) // 1,000 keys a round, 1 MB of keys
 	rev := int64(1)
 	var kept []string
+	big := strings.Repeat("b", arenaMaxKey+1) // keys of a chunk of their own
 	for i := range 300 {
-		kept = append(kept, fmt.Sprintf("keep/%04d", i))
-		ti.Put([]byte(kept[i]), Revision{Main: rev})
+		k := fmt.Sprintf("keep/%04d", i)
+		if i%100 == 0 {
+			k += big
+		}
+		kept = append(kept, k)
+		ti.Put([]byte(k), Revision{Main: rev})
 		rev++
+	}
+	churned := func(round, i int) []byte {
+		if i%100 == 0 {
+			return fmt.Appendf(nil, "r%d/%s%04d", round, big, i)
+		}
+		return fmt.Appendf(nil, "r%d/%s%04d", round, pad, i)
 	}
 	rewrites := 0
 	for round := range 6 {
 		before := ti.keys.garbage
 		for i := range 1000 {
-			ti.Put([]byte(fmt.Sprintf("r%d/%s%04d", round, pad, i)), Revision{Main: rev})
+			ti.Put(churned(round, i), Revision{Main: rev})
 			rev++
 		}
 		for i := range 1000 {
-			if err := ti.Tombstone([]byte(fmt.Sprintf("r%d/%s%04d", round, pad, i)), Revision{Main: rev}); err != nil {
+			if err := ti.Tombstone(churned(round, i), Revision{Main: rev}); err != nil {
 				t.Fatal(err)
 			}
 			rev++
@@ -117,7 +128,69 @@ func TestSlabReuse(t *testing.T) {
 	if ti.slab.used > 1300 {
 		t.Fatalf("%d key indexes handed out for 1,300 keys at a time", ti.slab.used)
 	}
+	if n := int(ti.keys.used) - len(ti.keys.free); n > 3+len(ti.keys.dir)/2+60 {
+		t.Fatalf("%d arena chunks in use for 1,300 keys at a time", n)
+	}
 	if err := ti.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEmptyKey: the empty key (etcdutl's revision placeholders restore it)
+// takes no arena space and reads back.
+func TestEmptyKey(t *testing.T) {
+	ti := New()
+	ti.Restore(nil, Revision{Main: 2}, Revision{Main: 2}, 0)
+	ti.Put([]byte("a"), Revision{Main: 3})
+	keys, _, total := ti.Range([]byte{}, []byte{0}, 3, 0)
+	if total != 2 || len(keys[0]) != 0 || string(keys[1]) != "a" {
+		t.Fatalf("range: %q (%d)", keys, total)
+	}
+	if _, _, _, err := ti.Get(nil, 3); err != nil {
+		t.Fatal(err)
+	}
+	dec, err := Decode(ti.AppendEncoded(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := dec.Get(nil, 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDecodeKeysOfEveryLength decodes keys that share arena chunks, keys of
+// a chunk of their own and keys that just fill or just overflow a chunk; the
+// inserter compares keys while the decoder adds them (run with -race).
+func TestDecodeKeysOfEveryLength(t *testing.T) {
+	ti := New()
+	var want []string
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 3000 {
+		n := rng.IntN(64)
+		switch i % 50 {
+		case 0:
+			n = arenaMaxKey + rng.IntN(3*arenaMaxKey)
+		case 1:
+			n = arenaMaxKey
+		}
+		key := fmt.Sprintf("%05d/%s", i, strings.Repeat("x", n))
+		want = append(want, key)
+		ti.Put([]byte(key), Revision{Main: int64(i + 2)})
+	}
+	dec, err := Decode(ti.AppendEncoded(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _, total := dec.Range([]byte{0}, []byte{0}, 1<<20, 0)
+	if total != len(want) {
+		t.Fatalf("%d keys decoded, want %d", total, len(want))
+	}
+	for i, k := range keys {
+		if string(k) != want[i] {
+			t.Fatalf("key %d: %d bytes, want %d", i, len(k), len(want[i]))
+		}
+	}
+	if err := dec.check(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,6 +1,9 @@
 package index
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // slabChunk is the number of key indexes in one chunk of a slab: 24 KiB.
 const slabChunk = 512
@@ -60,61 +63,160 @@ func (s *slab) release(id uint32) {
 const (
 	// arenaChunk is the size of one chunk of a key arena.
 	arenaChunk = 64 << 10
-	// arenaMaxKey is the longest key an arena holds; a longer one gets an
-	// allocation of its own, as it would waste much of a chunk's tail.
+	// arenaMaxKey is the longest key an arena packs into its chunks; a
+	// longer one gets a chunk of its own, as it would waste much of a
+	// chunk's tail.
 	arenaMaxKey = 4 << 10
 	// arenaMinGarbage is the least garbage worth a rewrite.
 	arenaMinGarbage = 1 << 20
 )
 
-// keyArena holds an index's keys back to back in chunks of arenaChunk, so
-// that a key costs the collector nothing of its own to mark and the heap no
-// size-class rounding. A key's bytes are never written again while the
-// chunk is reachable: a string aliasing them stays valid for as long as it
-// is held, however the index changes.
+// keyPlace is where a key arena holds a key: n bytes at off in chunk.
+type keyPlace struct{ chunk, off, n uint32 }
+
+// keyArena holds an index's keys back to back in chunks of arenaChunk,
+// numbered in a directory, so that a key index refers to its key without a
+// pointer and a key costs the collector nothing of its own to mark. A key's
+// bytes are never written again while its chunk is reachable: a string
+// aliasing them stays valid for as long as it is held.
 //
 // Keys released (their key index removed) leave garbage in their chunk;
 // when the garbage outgrows the keys still in use, the index copies those
-// into fresh chunks (Index.rewriteKeys) and the old chunks are collected.
-// Like the slab, it changes only under the index's write lock.
+// into a fresh arena (Index.rewriteKeys) and the old chunks are collected.
+// Like the slab, it changes only under the index's write lock, except
+// while Decode builds the index: then one goroutine adds keys while
+// another compares those it was handed, so a chunk's directory entry is
+// written once, before its first key is handed on, and the directory does
+// not grow (reserveChunks).
 type keyArena struct {
-	chunk []byte // the current chunk: its free space is cap - len
-	// live and garbage count the bytes of the arena's keys in use and
+	// dir holds the chunks by number, every entry of its full length; used
+	// counts the entries handed out. A released big key's entry is nil,
+	// and its number in free.
+	dir  [][]byte
+	used uint32
+	free []uint32
+	// cur is the chunk small keys go to, with room bytes free at its end
+	// (none at first).
+	cur  uint32
+	room int
+	// live and garbage count the bytes of the packed keys in use and
 	// released.
 	live, garbage int64
 }
 
-// reserve returns n bytes for a key, to be filled before the key is used.
-func (a *keyArena) reserve(n int) []byte {
+// str returns the key at at, aliasing the arena.
+func (a *keyArena) str(chunk, off, n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String(&a.dir[chunk][off], n)
+}
+
+// reserveChunks grows the directory for n more chunks.
+func (a *keyArena) reserveChunks(n int) {
+	if want := int(a.used) + n; want > len(a.dir) {
+		dir := make([][]byte, want)
+		copy(dir, a.dir[:a.used])
+		a.dir = dir
+	}
+}
+
+// newChunk adds chunk to the directory and returns its number.
+func (a *keyArena) newChunk(chunk []byte) uint32 {
+	if n := len(a.free); n > 0 {
+		c := a.free[n-1]
+		a.free = a.free[:n-1]
+		a.dir[c] = chunk
+		return c
+	}
+	if int(a.used) == len(a.dir) {
+		if a.used >= 1<<32-1 {
+			panic("index: key arena beyond 2^32 chunks")
+		}
+		a.reserveChunks(max(16, len(a.dir)))
+	}
+	a.dir[a.used] = chunk
+	a.used++
+	return a.used - 1
+}
+
+// reserve returns the place of a key of n bytes and the bytes to fill
+// before the key is used.
+func (a *keyArena) reserve(n int) (keyPlace, []byte) {
+	if n > maxKeyLen {
+		panic(fmt.Sprintf("index: key of %d bytes", n))
+	}
+	if n == 0 {
+		return keyPlace{}, nil
+	}
 	if n > arenaMaxKey {
-		return make([]byte, n)
+		b := make([]byte, n)
+		return keyPlace{chunk: a.newChunk(b), n: uint32(n)}, b
 	}
-	if n > cap(a.chunk)-len(a.chunk) {
-		a.chunk = make([]byte, 0, arenaChunk)
+	if n > a.room {
+		a.cur, a.room = a.newChunk(make([]byte, arenaChunk)), arenaChunk
 	}
-	start := len(a.chunk)
-	a.chunk = a.chunk[:start+n]
+	at := keyPlace{chunk: a.cur, off: uint32(arenaChunk - a.room), n: uint32(n)}
+	a.room -= n
 	a.live += int64(n)
-	return a.chunk[start : start+n : start+n]
+	return at, a.dir[at.chunk][at.off : int(at.off)+n : int(at.off)+n]
 }
 
-// copy returns key's bytes held in the arena, as a string.
-func (a *keyArena) copy(key []byte) string {
-	b := a.reserve(len(key))
+// copy returns the place of a copy of key in the arena.
+func (a *keyArena) copy(key []byte) keyPlace {
+	at, b := a.reserve(len(key))
 	copy(b, key)
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return at
 }
 
-// release accounts a key of n bytes that is no longer in use.
-func (a *keyArena) release(n int) {
-	if n <= arenaMaxKey {
-		a.live -= int64(n)
-		a.garbage += int64(n)
+// release accounts the key at at as no longer in use.
+func (a *keyArena) release(at keyPlace) {
+	if at.n > arenaMaxKey {
+		a.dir[at.chunk] = nil
+		a.free = append(a.free, at.chunk)
+		return
 	}
+	a.live -= int64(at.n)
+	a.garbage += int64(at.n)
 }
 
 // wantsRewrite reports whether the garbage is worth copying the keys in
-// use to fresh chunks.
+// use to a fresh arena.
 func (a *keyArena) wantsRewrite() bool {
 	return a.garbage >= arenaMinGarbage && a.garbage > a.live
+}
+
+// maxKeyLen is the longest key: keyIndex.keyLen's top bit is pivotFlag.
+const maxKeyLen = 1<<31 - 1
+
+// histories holds the histories of an index's keys not in the compact form,
+// by id (0 is none), so that a key index holds no pointer. Only this list
+// is scanned by the collector, and only for the keys that have one.
+type histories struct {
+	list []*history
+	free []uint32
+}
+
+// add stores h and returns its id.
+func (hs *histories) add(h *history) uint32 {
+	if n := len(hs.free); n > 0 {
+		id := hs.free[n-1]
+		hs.free = hs.free[:n-1]
+		hs.list[id] = h
+		return id
+	}
+	if len(hs.list) == 0 {
+		hs.list = append(hs.list, nil) // id 0 is none
+	}
+	if len(hs.list) > maxSlabID {
+		panic("index: more than 2^32 histories")
+	}
+	hs.list = append(hs.list, h)
+	return uint32(len(hs.list) - 1)
+}
+
+// release drops the history of id, for the collector.
+func (hs *histories) release(id uint32) {
+	hs.list[id] = nil
+	hs.free = append(hs.free, id)
 }
