@@ -36,10 +36,10 @@ const (
 func (ti *Index) Encode(w io.Writer) error {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	b := binary.AppendUvarint(make([]byte, 0, 64<<10), uint64(ti.tree.Len()))
+	b := binary.AppendUvarint(make([]byte, 0, 64<<10), uint64(ti.tree.len()))
 	var err error
-	ti.tree.Descend(func(ki *keyIndex) bool {
-		b = appendKey(b, ref{ki, ti})
+	ti.tree.descend(func(id uint32) bool {
+		b = appendKey(b, ref{ti.slab.at(id), ti})
 		if len(b) >= 48<<10 {
 			_, err = w.Write(b)
 			b = b[:0]
@@ -227,9 +227,7 @@ const decodeChunk = 1024
 // Reading runs on the caller's goroutine and inserting into the tree on
 // another, as the rebuild does (mvcc.IndexBuilder). The keys come greatest
 // first: a node that splits then keeps growing on its left, and the nodes
-// split off to its right are left full in slices their size, where keys in
-// ascending order leave every finished node half of a slice grown for twice
-// its items (as a rebuild after a sequential fill does).
+// split off to its right are left in slices their size.
 func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	d := &decoder{r: r, left: size}
 	ti := New()
@@ -238,14 +236,16 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	// Keys of at most arenaMaxKey fill a chunk but for less than that; a
 	// longer key takes a chunk of its own. The inserter compares keys as
 	// they come, so the directory must not move meanwhile.
+	// The same holds for the slab's.
 	ti.keys.reserveChunks(int(size/(arenaChunk-arenaMaxKey) + size/arenaMaxKey + 2))
-	chunks := make(chan []*keyIndex, 4)
+	ti.slab.reserve(n)
+	chunks := make(chan []uint32, 4)
 	inserted := make(chan struct{})
 	go func() {
 		defer close(inserted)
 		for chunk := range chunks {
-			for _, ki := range chunk {
-				ti.tree.ReplaceOrInsert(ki)
+			for _, id := range chunk {
+				ti.tree.insert(id)
 			}
 		}
 	}()
@@ -259,8 +259,8 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 }
 
 // decodeKeys reads n key indexes and sends them to chunks in order.
-func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
-	chunk := make([]*keyIndex, 0, decodeChunk)
+func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []uint32) error {
+	chunk := make([]uint32, 0, decodeChunk)
 	var prev string
 	for i := 0; i < n && d.err == nil; i++ {
 		key, at := d.key(d.count(1), &ti.keys)
@@ -271,7 +271,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 			d.fail("key order", nil)
 			break
 		}
-		ki := ti.add(ti.table.tagString(key), at)
+		id, ki := ti.add(ti.table.tagString(key), at)
 		prev = key
 		switch d.byte() {
 		case formCompact:
@@ -333,10 +333,10 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []*keyIndex) error {
 		if ki.isLive() {
 			ti.live.Add(1)
 		}
-		chunk = append(chunk, ki.keyIndex)
+		chunk = append(chunk, id)
 		if len(chunk) == decodeChunk {
 			chunks <- chunk
-			chunk = make([]*keyIndex, 0, decodeChunk)
+			chunk = make([]uint32, 0, decodeChunk)
 		}
 	}
 	if d.err != nil {

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/google/btree"
 )
 
 // Index maps user keys to their revision history, ordered by key.
@@ -26,7 +24,7 @@ import (
 // keys Range returns.
 type Index struct {
 	mu   sync.RWMutex
-	tree *btree.BTreeG[*keyIndex]
+	tree idTree
 	// slab holds the key indexes the tree points to, keys their keys,
 	// hists their histories, and table finds them by key; all change under
 	// mu held exclusively.
@@ -42,35 +40,12 @@ type Index struct {
 // New returns an empty index.
 func New() *Index {
 	ti := &Index{table: newKeyTable()}
-	ti.tree = btree.NewG(32, func(a, b *keyIndex) bool {
-		return ti.keyOf(a) < ti.keyOf(b)
-	})
+	ti.tree.keyOf = func(id uint32) string { return ti.keyOf(ti.slab.at(id)) }
 	return ti
-}
-
-// pivotFlag in a keyIndex's keyLen marks the keyIndex of a pivot.
-const pivotFlag = 1 << 31
-
-// pivot is what a range searches the tree with: a key index whose key is
-// the caller's, not the arena's.
-type pivot struct {
-	keyIndex // keyLen: pivotFlag
-	key      string
-}
-
-// pivotFor returns a pivot searching for key, aliasing key's bytes: the
-// tree compares it and keeps nothing.
-func pivotFor(key []byte) *pivot {
-	return &pivot{keyIndex: keyIndex{keyLen: pivotFlag}, key: unsafe.String(unsafe.SliceData(key), len(key))}
 }
 
 // keyOf returns ki's key without copying it.
 func (ti *Index) keyOf(ki *keyIndex) string {
-	if ki.keyLen&pivotFlag != 0 {
-		// Only a pivot carries the flag, and its keyIndex is its first
-		// field.
-		return (*pivot)(unsafe.Pointer(ki)).key
-	}
 	return ti.keys.str(ki.keyChunk, ki.keyOff, ki.keyLen)
 }
 
@@ -86,19 +61,19 @@ func (ti *Index) lookup(key []byte) (uint32, ref) {
 }
 
 // add makes the key index of the key the arena holds at at, under tag, and
-// adds it to the table; the caller sets its history and then inserts it
-// into the tree. The caller holds mu exclusively.
-func (ti *Index) add(tag uint32, at keyPlace) ref {
+// adds it to the table; the caller inserts its id into the tree. The
+// caller holds mu exclusively.
+func (ti *Index) add(tag uint32, at keyPlace) (uint32, ref) {
 	id, ki := ti.slab.alloc()
 	ki.setKey(at)
 	ti.table.insert(tag, id)
-	return ref{ki, ti}
+	return id, ref{ki, ti}
 }
 
 // remove drops key index ki, which has no revisions left, from the tree,
 // the table, the arena and the slab. The caller holds mu exclusively.
 func (ti *Index) remove(ki ref) {
-	ti.tree.Delete(ki.keyIndex)
+	ti.tree.delete(ki.key())
 	key := unsafe.Slice(unsafe.StringData(ki.key()), ki.keyLen)
 	tag := ti.table.tag(key)
 	id, found := ti.table.find(tag, key, ti)
@@ -149,8 +124,9 @@ func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 	defer ti.mu.Unlock()
 	tag, ki := ti.lookup(key)
 	if ki.keyIndex == nil {
-		ki = ti.add(tag, ti.keys.copy(key))
-		ti.tree.ReplaceOrInsert(ki.keyIndex)
+		var id uint32
+		id, ki = ti.add(tag, ti.keys.copy(key))
+		ti.tree.insert(id)
 	}
 	if !ki.isLive() {
 		ti.live.Add(1)
@@ -190,9 +166,9 @@ func (ti *Index) Restore(key []byte, created, modified Revision, ver int64) {
 		ki.put(modified)
 		return
 	}
-	ki = ti.add(tag, ti.keys.copy(key))
+	id, ki := ti.add(tag, ti.keys.copy(key))
 	ki.restore(created, modified, ver)
-	ti.tree.ReplaceOrInsert(ki.keyIndex)
+	ti.tree.insert(id)
 	ti.live.Add(1)
 }
 
@@ -211,9 +187,9 @@ func (ti *Index) RestoreTombstone(key []byte, rev Revision) {
 		}
 		return
 	}
-	ki = ti.add(tag, ti.keys.copy(key))
+	id, ki := ti.add(tag, ti.keys.copy(key))
 	ki.restoreTombstone(rev)
-	ti.tree.ReplaceOrInsert(ki.keyIndex)
+	ti.tree.insert(id)
 }
 
 // Get returns the newest revision of key at or before atRev, the revision
@@ -239,11 +215,12 @@ func (ti *Index) visit(key, end []byte, f func(ki ref) bool) {
 		return
 	}
 	fromKey := isFromKey(end)
-	ti.tree.AscendGreaterOrEqual(&pivotFor(key).keyIndex, func(ki *keyIndex) bool {
-		if !fromKey && ti.keyOf(ki) >= string(end) {
+	ti.tree.ascend(unsafe.String(unsafe.SliceData(key), len(key)), false, func(id uint32) bool {
+		ki := ref{ti.slab.at(id), ti}
+		if !fromKey && ki.key() >= string(end) {
 			return false
 		}
-		return f(ref{ki, ti})
+		return f(ki)
 	})
 }
 
@@ -340,31 +317,47 @@ func (ti *Index) RangeSince(key, end []byte, rev int64) []Revision {
 //
 // Compact holds the write lock per key, not for the whole walk, so it can run
 // beside readers and the writer. Revisions added concurrently must be > rev.
-// It walks a copy of the tree, visiting each key index once: one it removes
-// goes back to the slab, where a new key may take it, after its visit.
+// It walks the keys in batches, each taken under the read lock from the
+// last key of the one before: a key index it removes goes back to the slab,
+// where a new key may take it, after its visit.
 func (ti *Index) Compact(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
-	ti.mu.Lock()
-	clone := ti.tree.Clone()
-	ti.mu.Unlock()
-
-	clone.Ascend(func(k *keyIndex) bool {
-		ti.mu.Lock()
-		ki := ref{k, ti}
-		ki.compact(rev, available)
-		if invariants {
-			if err := ki.check(); err != nil {
-				panic("index: after compaction at " + fmt.Sprint(rev) + ": " + err.Error())
+	batch := make([]uint32, 0, compactBatch)
+	var last string // aliases the arena, whose bytes stay as they are
+	for first := true; ; first = false {
+		batch = batch[:0]
+		ti.mu.RLock()
+		ti.tree.ascend(last, first, func(id uint32) bool {
+			if !first && len(batch) == 0 && ti.keyOf(ti.slab.at(id)) == last {
+				return true // the last batch's last key, still there
 			}
+			batch = append(batch, id)
+			return len(batch) < compactBatch
+		})
+		ti.mu.RUnlock()
+		if len(batch) == 0 {
+			return available
 		}
-		if ki.isEmpty() {
-			ti.remove(ki)
+		for _, id := range batch {
+			ti.mu.Lock()
+			ki := ref{ti.slab.at(id), ti}
+			last = ki.key()
+			ki.compact(rev, available)
+			if invariants {
+				if err := ki.check(); err != nil {
+					panic("index: after compaction at " + fmt.Sprint(rev) + ": " + err.Error())
+				}
+			}
+			if ki.isEmpty() {
+				ti.remove(ki)
+			}
+			ti.mu.Unlock()
 		}
-		ti.mu.Unlock()
-		return true
-	})
-	return available
+	}
 }
+
+// compactBatch is how many keys Compact takes from the tree at a time.
+const compactBatch = 256
 
 // Keep returns the revisions Compact(rev) would keep, without compacting,
 // leaving out tombstones (as etcd, for HashKV).
@@ -372,8 +365,8 @@ func (ti *Index) Keep(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	ti.tree.Ascend(func(ki *keyIndex) bool {
-		ref{ki, ti}.keep(rev, available)
+	ti.tree.ascend("", true, func(id uint32) bool {
+		ref{ti.slab.at(id), ti}.keep(rev, available)
 		return true
 	})
 	return available
@@ -387,7 +380,7 @@ func (ti *Index) Live() int64 { return ti.live.Load() }
 func (ti *Index) Len() int {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
-	return ti.tree.Len()
+	return ti.tree.len()
 }
 
 // check verifies every key index's invariants; tests call it.
@@ -395,9 +388,12 @@ func (ti *Index) check() error {
 	ti.mu.RLock()
 	defer ti.mu.RUnlock()
 	var err error
-	ti.tree.Ascend(func(ki *keyIndex) bool {
-		err = ref{ki, ti}.check()
+	ti.tree.ascend("", true, func(id uint32) bool {
+		err = ref{ti.slab.at(id), ti}.check()
 		return err == nil
 	})
+	if err == nil {
+		err = ti.tree.check()
+	}
 	return err
 }

@@ -37,7 +37,7 @@ import (
 // compact form when it leaves one revision.
 //
 // The fields are packed into 48 bytes, without a pointer: the key is a
-// place in the index's key arena (a chunk number, an offset and a 31-bit
+// place in the index's key arena (a chunk number, an offset and a 32-bit
 // length) and the history an id among the index's histories (0: the
 // compact form), so the slab chunks holding key indexes are nothing for the
 // garbage collector to scan. Sub revisions and the compact version take 32
@@ -55,12 +55,11 @@ type keyIndex struct {
 	// createdMain, createdSub and ver are the compact form's generation's
 	// (unused with a history).
 	createdMain int64
-	// keyLen is the key's length; pivotFlag marks a pivot (index.go).
-	keyLen     uint32
-	lastSub    uint32
-	createdSub uint32
-	ver        uint32
-	histID     uint32
+	keyLen      uint32
+	lastSub     uint32
+	createdSub  uint32
+	ver         uint32
+	histID      uint32
 }
 
 // ref is a key index with the index holding its key and its history.

@@ -10,20 +10,34 @@ const slabChunk = 512
 
 // slab holds an index's key indexes in chunks of slabChunk, each numbered
 // by an id: a store of millions of keys is then a few thousand objects for
-// the garbage collector, scanned front to back, where one object per key
-// costs it a cache miss per key and cycle (BenchmarkGCMark), and the key
-// table finds a key index from 32 bits. A chunk never moves, so a
-// *keyIndex stays valid until its id is released; released ids are handed
-// out again first.
+// the garbage collector, none of which it scans (key indexes hold no
+// pointer), and the tree and the key table refer to a key index by 32 bits.
+// A chunk never moves, so a *keyIndex stays valid until its id is
+// released; released ids are handed out again first.
 //
 // A slab is not safe for concurrent use: the index's writer and its
-// compactor change it under the index's write lock.
+// compactor change it under the index's write lock, except while Decode
+// builds the index: then the inserter reads key indexes the decoder handed
+// it while the decoder adds more, so a chunk's directory entry is written
+// before its first id is handed on and the directory does not grow
+// (reserve).
 type slab struct {
+	// chunks is the directory, of which the first n are in use; used
+	// counts the ids ever handed out.
 	chunks [][]keyIndex
-	// used counts the ids ever handed out: the last chunk's records from
-	// used%slabChunk on are unused.
-	used uint32
-	free []uint32
+	n      int
+	used   uint32
+	free   []uint32
+}
+
+// reserve grows the directory for n more key indexes.
+func (s *slab) reserve(n int) {
+	want := (int(s.used) + n + slabChunk - 1) / slabChunk
+	if want > len(s.chunks) {
+		chunks := make([][]keyIndex, want)
+		copy(chunks, s.chunks[:s.n])
+		s.chunks = chunks
+	}
 }
 
 // alloc returns a zeroed key index and its id.
@@ -33,11 +47,15 @@ func (s *slab) alloc() (uint32, *keyIndex) {
 		s.free = s.free[:n-1]
 		return id, s.at(id)
 	}
-	if s.used == uint32(len(s.chunks))*slabChunk {
+	if s.used == uint32(s.n)*slabChunk {
 		if s.used > maxSlabID-slabChunk {
 			panic("index: more than 2^32 keys")
 		}
-		s.chunks = append(s.chunks, make([]keyIndex, slabChunk))
+		if s.n == len(s.chunks) {
+			s.reserve(max(slabChunk, int(s.used)))
+		}
+		s.chunks[s.n] = make([]keyIndex, slabChunk)
+		s.n++
 	}
 	id := s.used
 	s.used++
@@ -186,8 +204,8 @@ func (a *keyArena) wantsRewrite() bool {
 	return a.garbage >= arenaMinGarbage && a.garbage > a.live
 }
 
-// maxKeyLen is the longest key: keyIndex.keyLen's top bit is pivotFlag.
-const maxKeyLen = 1<<31 - 1
+// maxKeyLen is the longest key keyIndex.keyLen holds.
+const maxKeyLen = 1<<32 - 1
 
 // histories holds the histories of an index's keys not in the compact form,
 // by id (0 is none), so that a key index holds no pointer. Only this list
