@@ -224,8 +224,8 @@ const decodeChunk = 1024
 // input gives an error, never an index that differs from the one encoded.
 // It stops at the encoding's end.
 //
-// Reading runs on the caller's goroutine and inserting into the tree on
-// another, as the rebuild does (mvcc.IndexBuilder). The keys come greatest
+// Reading runs on the caller's goroutine and inserting into the tree and
+// the key table on another, as the rebuild does (mvcc.IndexBuilder). The keys come greatest
 // first: a node that splits then keeps growing on its left, and the nodes
 // split off to its right are left in slices their size.
 func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
@@ -245,7 +245,8 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 		defer close(inserted)
 		for chunk := range chunks {
 			for _, id := range chunk {
-				ti.tree.insert(id)
+				ti.tree.prepend(id) // decodeKeys checks the order
+				ti.table.insert(ti.table.tagString(ti.keyOf(ti.slab.at(id))), id)
 			}
 		}
 	}()
@@ -271,7 +272,7 @@ func decodeKeys(d *decoder, n int, ti *Index, chunks chan<- []uint32) error {
 			d.fail("key order", nil)
 			break
 		}
-		id, ki := ti.add(ti.table.tagString(key), at)
+		id, ki := ti.newKey(at)
 		prev = key
 		switch d.byte() {
 		case formCompact:

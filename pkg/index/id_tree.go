@@ -88,6 +88,32 @@ func (t *idTree) insert(id uint32) {
 	t.n++
 }
 
+// prepend adds id, whose key is less than every key in the tree: one
+// comparison where insert makes a search per level. Decode adds the keys
+// greatest first.
+func (t *idTree) prepend(id uint32) {
+	if t.root == nil {
+		t.insert(id)
+		return
+	}
+	if len(t.root.ids) == maxItems {
+		t.root = &idNode{children: []*idNode{t.root}}
+		t.split(t.root, 0)
+	}
+	n := t.root
+	for !n.leaf() {
+		if len(n.children[0].ids) == maxItems {
+			t.split(n, 0)
+		}
+		n = n.children[0]
+	}
+	if key := t.keyOf(id); key >= t.keyOf(n.ids[0]) {
+		panic(fmt.Sprintf("index: tree: %q prepended before %q", key, t.keyOf(n.ids[0])))
+	}
+	n.ids = slices.Insert(n.ids, 0, id)
+	t.n++
+}
+
 // split moves the upper half of n's full child i to a new node beside it
 // and its middle id up into n.
 func (t *idTree) split(n *idNode, i int) {

@@ -42,6 +42,14 @@ func TestIDTree(t *testing.T) {
 				model = slices.Delete(model, i, i+1)
 			}
 		}
+		// A descending run from below every key, prepended.
+		for k := 99999; k > 99000; k-- {
+			key := fmt.Sprintf("-%06d", k)
+			keys[next], byKey[key] = key, next
+			tr.prepend(next)
+			next++
+			model = slices.Insert(model, 0, key)
+		}
 		for step := range 250 {
 			switch op := rng.IntN(10); {
 			case op < 4: // random keys

@@ -64,9 +64,16 @@ func (ti *Index) lookup(key []byte) (uint32, ref) {
 // adds it to the table; the caller inserts its id into the tree. The
 // caller holds mu exclusively.
 func (ti *Index) add(tag uint32, at keyPlace) (uint32, ref) {
+	id, ki := ti.newKey(at)
+	ti.table.insert(tag, id)
+	return id, ki
+}
+
+// newKey makes the key index of the key the arena holds at at, in neither
+// the table nor the tree.
+func (ti *Index) newKey(at keyPlace) (uint32, ref) {
 	id, ki := ti.slab.alloc()
 	ki.setKey(at)
-	ti.table.insert(tag, id)
 	return id, ref{ki, ti}
 }
 
