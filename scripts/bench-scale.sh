@@ -56,8 +56,9 @@ usage: scripts/bench-scale.sh [options]
                        machine's /proc/stat and /proc/diskstats and the
                        server's /metrics before and after, and for kvd a
                        CPU profile of the window (kvd runs with
-                       --enable-pprof and --log-level debug, which logs
-                       Badger's flushes, compactions and stalls: use
+                       --enable-pprof, --log-level debug, which logs
+                       Badger's flushes, compactions and stalls, and
+                       GODEBUG=gctrace=1, a line per collection: use
                        --keep-logs too)
   -h, --help
 
@@ -242,8 +243,12 @@ launch() {
 	kvd-bolt) args+=(--backend bolt) ;;
 	kvd-badger) args+=(--backend badger) ;;
 	esac
-	[ -z "$diag" ] || [ "$s" = etcd ] || args+=(--enable-pprof --log-level debug)
-	"$bin" "${args[@]}" >>"$8" 2>&1 &
+	local env=()
+	if [ -n "$diag" ] && [ "$s" != etcd ]; then
+		args+=(--enable-pprof --log-level debug)
+		env=(GODEBUG=gctrace=1)
+	fi
+	env "${env[@]}" "$bin" "${args[@]}" >>"$8" 2>&1 &
 	launched=$!
 }
 
