@@ -124,8 +124,8 @@ func (ti *Index) rewriteKeys() {
 
 // Put records a put of key at rev. rev must be greater than every revision
 // of key already in the index. It returns the revision that created the
-// key's generation and the key's version, both as of this put: one walk of
-// the tree where a Get before the Put would take two.
+// key's generation and the key's version, both as of this put: one lookup
+// where a Get before the Put would take two.
 func (ti *Index) Put(key []byte, rev Revision) (created Revision, ver int64) {
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
