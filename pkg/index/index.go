@@ -80,7 +80,9 @@ func (ti *Index) newKey(at keyPlace) (uint32, ref) {
 // remove drops key index ki, which has no revisions left, from the tree,
 // the table, the arena and the slab. The caller holds mu exclusively.
 func (ti *Index) remove(ki ref) {
-	ti.tree.delete(ki.key())
+	if !ti.tree.delete(ki.key()) {
+		panic(fmt.Sprintf("index: removing %q: not in the tree", ki.key()))
+	}
 	key := unsafe.Slice(unsafe.StringData(ki.key()), ki.keyLen)
 	tag := ti.table.tag(key)
 	id, found := ti.table.find(tag, key, ti)
