@@ -328,6 +328,20 @@ func TestKeyIndexSize(t *testing.T) {
 	}
 }
 
+// A key index holds no pointer, so the slab's chunks are nothing for the
+// collector to scan (BenchmarkGCMark): a pointer field added to keyIndex
+// would make it scan every key of a large store again.
+func TestKeyIndexHasNoPointers(t *testing.T) {
+	typ := reflect.TypeFor[keyIndex]()
+	for i := range typ.NumField() {
+		switch f := typ.Field(i); f.Type.Kind() {
+		case reflect.Int64, reflect.Uint32:
+		default:
+			t.Errorf("keyIndex.%s is a %s; want integers only", f.Name, f.Type)
+		}
+	}
+}
+
 // A generation whose version or created sub revision does not fit the
 // compact form's 32 bits is kept in hist, through restore, puts and
 // compaction, and reads give the full values back.

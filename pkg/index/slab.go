@@ -22,20 +22,22 @@ const slabChunk = 512
 // before its first id is handed on and the directory does not grow
 // (reserve).
 type slab struct {
-	// chunks is the directory, of which the first n are in use; used
-	// counts the ids ever handed out.
+	// chunks is the directory; used counts the ids ever handed out, so
+	// its first chunksInUse entries hold chunks.
 	chunks [][]keyIndex
-	n      int
 	used   uint32
 	free   []uint32
 }
+
+// chunksInUse is the number of chunks the ids handed out take.
+func (s *slab) chunksInUse() int { return (int(s.used) + slabChunk - 1) / slabChunk }
 
 // reserve grows the directory for n more key indexes.
 func (s *slab) reserve(n int) {
 	want := (int(s.used) + n + slabChunk - 1) / slabChunk
 	if want > len(s.chunks) {
 		chunks := make([][]keyIndex, want)
-		copy(chunks, s.chunks[:s.n])
+		copy(chunks, s.chunks[:s.chunksInUse()])
 		s.chunks = chunks
 	}
 }
@@ -47,15 +49,15 @@ func (s *slab) alloc() (uint32, *keyIndex) {
 		s.free = s.free[:n-1]
 		return id, s.at(id)
 	}
-	if s.used == uint32(s.n)*slabChunk {
+	if s.used%slabChunk == 0 {
+		n := s.chunksInUse()
 		if s.used > maxSlabID-slabChunk {
 			panic("index: more than 2^32 keys")
 		}
-		if s.n == len(s.chunks) {
+		if n == len(s.chunks) {
 			s.reserve(max(slabChunk, int(s.used)))
 		}
-		s.chunks[s.n] = make([]keyIndex, slabChunk)
-		s.n++
+		s.chunks[n] = make([]keyIndex, slabChunk)
 	}
 	id := s.used
 	s.used++
