@@ -224,8 +224,9 @@ const decodeChunk = 1024
 // input gives an error, never an index that differs from the one encoded.
 // It stops at the encoding's end.
 //
-// Reading runs on the caller's goroutine and inserting into the tree and
-// the key table on another, as the rebuild does (mvcc.IndexBuilder). The keys come greatest
+// Reading runs on the caller's goroutine and inserting into the tree on
+// another, as the rebuild does (mvcc.IndexBuilder); the key table is filled
+// once all are read. The keys come greatest
 // first: a node that splits then keeps growing on its left, and the nodes
 // split off to its right are left in slices their size.
 func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
@@ -241,12 +242,16 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	ti.slab.reserve(n)
 	chunks := make(chan []uint32, 4)
 	inserted := make(chan struct{})
+	// The key table is filled at the end, all at once (keyTable.fill): 8
+	// bytes a key meanwhile.
+	var pending []uint64
 	go func() {
 		defer close(inserted)
+		pending = make([]uint64, 0, n)
 		for chunk := range chunks {
 			for _, id := range chunk {
 				ti.tree.prepend(id) // decodeKeys checks the order
-				ti.table.insert(ti.table.tagString(ti.keyOf(ti.slab.at(id))), id)
+				pending = append(pending, slotOf(ti.table.tagString(ti.keyOf(ti.slab.at(id))), id))
 			}
 		}
 	}()
@@ -256,6 +261,7 @@ func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
+	ti.table.fill(pending)
 	return ti, nil
 }
 

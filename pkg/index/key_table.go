@@ -2,6 +2,7 @@ package index
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"unsafe"
 )
 
@@ -89,6 +90,52 @@ func (t *keyTable) place(s uint64) {
 		i = (i + 1) & m
 	}
 	t.slots[i] = s
+}
+
+// fillRegion is how many slots fill works on at a time: 32 KiB of them, so
+// that the placements of one region hit the CPU's caches.
+const fillRegion = 4096
+
+// fill inserts the slot values in pending (slotOf of keys not in the table)
+// and reorders pending meanwhile. Inserted one by one in key order, as a
+// start reads the index file, every placement is a cache miss and, once the
+// table outgrows the TLB's reach, a page walk too; fill instead sorts them
+// in place by the region of the table their probing starts in (one counting
+// pass, then cycles of swaps, as an American flag sort does) and places
+// them region by region. Linear probing gives a valid table whatever the
+// order of insertion.
+func (t *keyTable) fill(pending []uint64) {
+	t.reserve(t.n + len(pending))
+	m := t.mask()
+	regions := len(t.slots) / fillRegion
+	if regions > 1 {
+		shift := bits.TrailingZeros(fillRegion)
+		region := func(s uint64) int { return int(slotTag(s)&m) >> shift }
+		next := make([]int, regions+1) // a region's first unsorted value
+		for _, s := range pending {
+			next[region(s)+1]++
+		}
+		for r := range regions {
+			next[r+1] += next[r]
+		}
+		end := make([]int, regions) // where a region's values end
+		copy(end, next[1:])
+		for r := range regions {
+			for next[r] < end[r] {
+				s := pending[next[r]]
+				for d := region(s); d != r; d = region(s) {
+					pending[next[d]], s = s, pending[next[d]]
+					next[d]++
+				}
+				pending[next[r]] = s
+				next[r]++
+			}
+		}
+	}
+	for _, s := range pending {
+		t.place(s)
+	}
+	t.n += len(pending)
 }
 
 // reserve grows the table for n keys in all, so that inserting them moves

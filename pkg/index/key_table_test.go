@@ -61,6 +61,69 @@ func TestKeyTable(t *testing.T) {
 	}
 }
 
+// TestKeyTableFill checks fill against one-by-one inserts: into an empty
+// table and one already holding keys, with tags that crowd one region, end
+// at the last slot (probing wraps) or spread over every region.
+func TestKeyTableFill(t *testing.T) {
+	for _, n := range []int{1, 100, 3000, 20000} {
+		for _, shape := range []string{"spread", "crowded", "last"} {
+			for _, before := range []int{0, 500} {
+				rng := rand.New(rand.NewPCG(uint64(n), uint64(before)))
+				ti := New()
+				tbl := &ti.table
+				tags := map[string]uint32{}
+				add := func(i int) (uint32, uint32) {
+					key := fmt.Sprintf("%s-%d", shape, i)
+					id, ki := ti.slab.alloc()
+					ki.setKey(ti.keys.copy([]byte(key)))
+					tag := rng.Uint32()
+					switch shape {
+					case "crowded":
+						tag = tag&^0xffff | uint32(rng.IntN(64)) // one region's first slots
+					case "last":
+						tag |= 0xffff // the last slot of any table up to 64Ki slots
+					}
+					tags[key] = tag
+					return tag, id
+				}
+				for i := range before {
+					tbl.insert(add(i))
+				}
+				var pending []uint64
+				for i := before; i < before+n; i++ {
+					pending = append(pending, slotOf(add(i)))
+				}
+				tbl.fill(pending)
+				// The placements go region by region: pending is left in
+				// that order.
+				m := tbl.mask()
+				for i := 1; i < len(pending); i++ {
+					if slotTag(pending[i-1])&m/fillRegion > slotTag(pending[i])&m/fillRegion {
+						t.Fatalf("n %d %s before %d: pending not in region order at %d", n, shape, before, i)
+					}
+				}
+				if tbl.n != before+n || tbl.n*4 > len(tbl.slots)*3 {
+					t.Fatalf("n %d %s before %d: table holds %d in %d slots, want %d", n, shape, before, tbl.n, len(tbl.slots), before+n)
+				}
+				occupied := 0
+				for _, s := range tbl.slots {
+					if s != 0 {
+						occupied++
+					}
+				}
+				if occupied != tbl.n {
+					t.Fatalf("n %d %s before %d: %d slots occupied, n %d", n, shape, before, occupied, tbl.n)
+				}
+				for key, tag := range tags {
+					if _, ki := tbl.find(tag, []byte(key), ti); ki == nil || ti.keyOf(ki) != key {
+						t.Fatalf("n %d %s before %d: %q (tag %#x) not found", n, shape, before, key, tag)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestSlabReuse checks that keys compacted away give their key indexes and
 // their arena bytes back: key indexes are handed out again, the arena is
 // rewritten once its garbage outweighs the keys in use, and the keys that
