@@ -106,6 +106,42 @@ func testIndexFileRounds(t *testing.T, e engine, seed uint64) {
 	}
 }
 
+// An index file read ahead of the open (ReadIndexFile, while the backend
+// opens) gives the open what taking it there would; one discarded is gone
+// and the next open rebuilds.
+func TestIndexFileReadAhead(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engine) {
+		file := filepath.Join(t.TempDir(), "index")
+		ts := newTestStoreConfig(t, e, config{indexFile: file})
+		ts.randomWrites(rand.New(rand.NewPCG(3, 8)), 300)
+		want := ts.indexState()
+		ts.close()
+
+		ts.cfg = config{indexFileRead: ReadIndexFile(file, nil)}
+		ts.open()
+		if got := ts.indexState(); !got.fromFile || got.differs(want) != "" {
+			t.Fatalf("read ahead: from the file %v, against the state closed: %q", got.fromFile, got.differs(want))
+		}
+		if _, err := os.Stat(file); !os.IsNotExist(err) {
+			t.Fatalf("the index file is still there after open: %v", err)
+		}
+		ts.close() // the store read ahead writes its file again
+		if _, err := os.Stat(file); err != nil {
+			t.Fatalf("no index file after a clean close: %v", err)
+		}
+
+		ReadIndexFile(file, nil).Discard()
+		if _, err := os.Stat(file); !os.IsNotExist(err) {
+			t.Fatalf("the index file is still there after Discard: %v", err)
+		}
+		ts.cfg = config{indexFile: file}
+		ts.open()
+		if got := ts.indexState(); got.fromFile || got.differs(want) != "" {
+			t.Fatalf("after Discard: from the file %v, against the state closed: %q", got.fromFile, got.differs(want))
+		}
+	})
+}
+
 // The file is not used when the backend moved on after it was written (a
 // start without it, a write), nor when it is damaged: the store rebuilds
 // and has the backend's data. Either way the file is gone after the open.

@@ -143,6 +143,9 @@ type Options struct {
 	// Open, which reads and removes it instead of rebuilding the index from
 	// the backend when the backend is still as Close left it (indexfile.go).
 	IndexFile string
+	// IndexFileRead, if set, is IndexFile already being read
+	// (ReadIndexFile): Open takes the index from it instead.
+	IndexFileRead *IndexFileRead
 	// ExternalCompactor leaves running the compactor to the caller, who
 	// runs Store.Compactor (the member, in its actor group, so a failed
 	// compaction stops the member). Otherwise Open starts it on a goroutine
@@ -191,6 +194,7 @@ func OpenWithOptions(be backend.Backend, o Options) (*Store, error) {
 		tracer:            o.Tracer,
 		externalCompactor: o.ExternalCompactor,
 		indexFile:         o.IndexFile,
+		indexFileRead:     o.IndexFileRead,
 	})
 }
 
@@ -206,6 +210,7 @@ type config struct {
 	tracer            trace.Tracer
 	externalCompactor bool
 	indexFile         string
+	indexFileRead     *IndexFileRead
 	// afterCompactChunk is called by the compactor after each chunk.
 	afterCompactChunk func(s *Store, rev int64)
 }
@@ -243,7 +248,11 @@ func open(be backend.Backend, lg *zap.Logger, cfg config) (*Store, error) {
 	s.flusher.tracer = cfg.tracer
 
 	var saved *BuiltIndex
-	if cfg.indexFile != "" {
+	switch {
+	case cfg.indexFileRead != nil:
+		s.indexFile = cfg.indexFileRead.path
+		saved = cfg.indexFileRead.wait()
+	case cfg.indexFile != "":
 		s.indexFile = cfg.indexFile
 		saved = takeIndexFile(cfg.indexFile, lg)
 	}

@@ -92,24 +92,27 @@ func Module() fx.Option {
 	)
 }
 
-// newBackend opens the backend once the identity check passed.
-func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, error) {
+// newBackend opens the backend once the identity check passed, and reads
+// the key index file meanwhile (mvcc.ReadIndexFile) for newStore.
+func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Logger) (backend.Backend, *mvcc.IndexFileRead, error) {
 	// An interrupted kvd migrate leaves its copy or the old engine's
 	// backend beside the live one (pkg/migrate/recover.go).
 	if err := migrate.Recover(c.SnapDir(), lg); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A crash while a leader's snapshot was installed leaves the old
 	// backend aside (pkg/snapship).
 	if err := snapship.RecoverDir(c.BackendDir()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkEngineDir(c); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	saved := mvcc.ReadIndexFile(engine.IndexFile(c.BackendDir()), lg.Named("mvcc"))
 	be, err := openBackend(c, lg)
 	if err != nil {
-		return nil, err
+		saved.Discard()
+		return nil, nil, err
 	}
 	// The collector is paced by pkg/gcpace on either engine (a floor under
 	// its pace), and an engine's arena on the Go heap (Badger's memtable)
@@ -121,7 +124,7 @@ func newBackend(lc fx.Lifecycle, c *config.Config, _ *memberIdentity, lg *zap.Lo
 	}
 	release := gcpace.Exclude(arena)
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { release(); return nil }})
-	return be, nil
+	return be, saved, nil
 }
 
 // checkEngineDir refuses to start the configured engine beside another
@@ -148,7 +151,7 @@ func openBackend(c *config.Config, lg *zap.Logger) (backend.Backend, error) {
 	return engine.Open(c, c.Backend.Engine, c.BackendDir(), lg)
 }
 
-func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk earlyMetrics, tr trace.Tracer, lg *zap.Logger) (*mvcc.Store, error) {
+func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, saved *mvcc.IndexFileRead, disk earlyMetrics, tr trace.Tracer, lg *zap.Logger) (*mvcc.Store, error) {
 	s, err := mvcc.OpenWithOptions(be, mvcc.Options{
 		Logger:            lg.Named("mvcc"),
 		BatchInterval:     c.BackendBatchInterval.Std(),
@@ -160,7 +163,7 @@ func newStore(lc fx.Lifecycle, c *config.Config, be backend.Backend, disk earlyM
 		// startActors runs it in the actor group: a failed compaction stops
 		// the member.
 		ExternalCompactor: true,
-		IndexFile:         engine.IndexFile(c.BackendDir()),
+		IndexFileRead:     saved,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open mvcc store: %w", err), be.Close())
