@@ -221,10 +221,14 @@ status_field() {
 		sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" || true
 }
 
-# serving ENDPOINT: a linearizable 1-key range succeeds.
+# serving ENDPOINT: a linearizable 1-key range succeeds. The client port is
+# polled first: a dial refused backs off for a second (gRPC's reconnect
+# backoff), which made restart times up to a second late. etcd listens
+# before it serves; the long dial then waits on the accepted connection.
 serving() {
-	"$bench" --endpoints "$1" --clients 1 --conns 1 --total 1 --dial-timeout 1s \
-		--request-timeout 1s range --key bench/ready --consistency l >/dev/null 2>&1
+	port_busy "${1##*:}" || return 1
+	"$bench" --endpoints "$1" --clients 1 --conns 1 --total 1 --dial-timeout 60s \
+		--request-timeout 60s range --key bench/ready --consistency l >/dev/null 2>&1
 }
 
 # now: seconds since the epoch, with nanoseconds.
@@ -259,7 +263,7 @@ wait_serving() {
 	while [ "$SECONDS" -lt "$deadline" ]; do
 		serving "$2" && return 0
 		kill -0 "$1" 2>/dev/null || return 1
-		sleep 0.05
+		sleep 0.02
 	done
 	return 1
 }
