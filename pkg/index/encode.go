@@ -226,9 +226,9 @@ const decodeChunk = 1024
 //
 // Reading runs on the caller's goroutine and inserting into the tree on
 // another, as the rebuild does (mvcc.IndexBuilder); the key table is filled
-// once all are read. The keys come greatest
-// first: a node that splits then keeps growing on its left, and the nodes
-// split off to its right are left in slices their size.
+// once all are read. The keys come greatest first: a node that splits then
+// keeps growing on its left, and the nodes split off to its right are left
+// in slices their size.
 func DecodeFrom(r *bufio.Reader, size int64) (*Index, error) {
 	d := &decoder{r: r, left: size}
 	ti := New()
