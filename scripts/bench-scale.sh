@@ -215,9 +215,13 @@ for p in "$port" $((port + 1)) $((port + 10)) $((port + 11)); do
 	if port_busy "$p"; then echo "bench-scale.sh: port $p already in use (--port)" >&2; exit 1; fi
 done
 
-# status_field ENDPOINT NAME: a number of etcdctl endpoint status -w json.
+# status_field ENDPOINT NAME: a number of etcdctl endpoint status -w json;
+# nothing while the client port is closed. As in serving (below), the port
+# is polled first and the dial then waits: a refused dial's one-second
+# backoff would make the catch-up time up to a second late.
 status_field() {
-	"$etcdctl" --endpoints "$1" --dial-timeout 1s --command-timeout 2s endpoint status -w json 2>/dev/null |
+	port_busy "${1##*:}" || return 0
+	"$etcdctl" --endpoints "$1" --dial-timeout 60s --command-timeout 2s endpoint status -w json 2>/dev/null |
 		sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" || true
 }
 
